@@ -1,0 +1,125 @@
+"""Run configurations and the presets `smoke`, `cpu` and `paper`, each a plain function.
+
+A run is (RunConfig, seed). The config is frozen, so it is its own cache key: `run_key` hashes
+the config together with the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+
+from engine.model import BOUNDARIES, ModelConfig
+from engine.tasks import TASK_NAMES, VOCAB_SIZE, TaskConfig
+
+ARCHS = ("looped", "stacked")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decays to this fraction of lr
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    loss_over_steps: bool = False  # False: loss at the final loop step only
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "warmup_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
+        if self.batch_size % 2:
+            raise ValueError(f"train.batch_size must be even (labels are exactly balanced), got {self.batch_size}.")
+        if self.lr <= 0 or self.grad_clip <= 0:
+            raise ValueError("train.lr and train.grad_clip must be positive.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig
+    task: TaskConfig
+    train: TrainConfig
+    eval_loops: int  # evaluate n = 1..eval_loops after training (3T by default)
+
+    def __post_init__(self):
+        if self.eval_loops < 1:
+            raise ValueError(f"eval_loops must be at least 1, got {self.eval_loops}.")
+
+    def run_key(self, seed: int) -> str:
+        blob = json.dumps({"config": asdict(self), "seed": seed}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunConfig:
+        task = dict(d["task"])
+        for k in ("train_difficulties", "eval_difficulties"):
+            task[k] = tuple(task[k])
+        return cls(ModelConfig(**d["model"]), TaskConfig(**task), TrainConfig(**d["train"]), d["eval_loops"])
+
+
+def default_task(name: str, hardest_train: int, beyond: int, **knobs) -> TaskConfig:
+    """Train on difficulties 1..hardest_train, evaluate on 1..hardest_train+beyond."""
+    return TaskConfig(name, tuple(range(1, hardest_train + 1)), tuple(range(1, hardest_train + beyond + 1)), **knobs)
+
+
+def _make(task: TaskConfig, model: ModelConfig, train: TrainConfig, boundary: str, arch: str) -> RunConfig:
+    if task.name not in TASK_NAMES:
+        raise ValueError(f"unknown task {task.name!r}; choose one of {', '.join(TASK_NAMES)}.")
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"unknown boundary {boundary!r}; choose one of {', '.join(BOUNDARIES)}.")
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}.")
+    T = model.trained_loops
+    model = replace(model, boundary=boundary)
+    if arch == "stacked":  # equal trained depth: L*T distinct layers, run once
+        model = replace(model, layers_per_block=model.layers_per_block * T, trained_loops=1, tied=False)
+    return RunConfig(model, task, train, eval_loops=3 * T)
+
+
+def smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """Seconds on a laptop core: for tests and for trying the commands."""
+    t = (
+        default_task("parity", 4, 2, eval_examples=128)
+        if task == "parity"
+        else default_task("chain", 2, 1, chains=1, variables=8, shuffle=False, eval_examples=128)
+    )
+    model = ModelConfig(VOCAB_SIZE, d_model=32, n_heads=2, d_ff=96, layers_per_block=1, trained_loops=3)
+    return _make(t, model, TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup_steps=20), boundary, arch)
+
+
+def cpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """Minutes per group of 16 seeds on 2 cores (SPEC §6 probe sizes; tuned in dev/LOG.md)."""
+    t = (
+        default_task("parity", 8, 4, eval_examples=512)
+        if task == "parity"
+        else default_task("chain", 4, 3, chains=2, variables=24, eval_examples=512)
+    )
+    model = ModelConfig(VOCAB_SIZE, d_model=64, n_heads=4, d_ff=176, layers_per_block=1, trained_loops=4)
+    return _make(t, model, TrainConfig(steps=2000, batch_size=64, lr=1e-3), boundary, arch)
+
+
+def paper(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """About 19M parameters (6 sandwich layers of width 512 looped 4 times): a GPU preset."""
+    t = (
+        default_task("parity", 16, 8, eval_examples=1024)
+        if task == "parity"
+        else default_task("chain", 6, 3, chains=3, variables=32, eval_examples=1024)
+    )
+    model = ModelConfig(VOCAB_SIZE, d_model=512, n_heads=8, d_ff=1376, layers_per_block=6, trained_loops=4)
+    train = TrainConfig(steps=20_000, batch_size=256, lr=5e-4, warmup_steps=1000)
+    return _make(t, model, train, boundary, arch)
+
+
+PRESETS = {"smoke": smoke, "cpu": cpu, "paper": paper}
+
+
+def preset(name: str, task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    return PRESETS[name](task, boundary, arch)

@@ -1,0 +1,70 @@
+"""The command line: the happy path end to end, and every bad input ends in one sentence and exit 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from engine.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_train_list_eval_check(tmp_path, capsys):
+    res = str(tmp_path / "res")
+    code, out, _ = run(capsys, "train", "--preset", "smoke", "--seeds", "2", "--results", res, "--device", "cpu")
+    assert code == 0 and "mean accuracy over 2 seed(s)" in out
+    keys = out.strip().splitlines()[-1].split()[1:]
+    assert len(keys) == 2
+    code, out, _ = run(capsys, "list", "--results", res, "--json")
+    listed = json.loads(out)
+    assert code == 0 and {r["run_key"] for r in listed} == set(keys) and {r["status"] for r in listed} == {"ok"}
+    code, out, _ = run(capsys, "eval", keys[0], "--loops", "1-24", "--boundary", "none", "--results", res)
+    assert code == 0 and "norm->none" in out and "24" in out
+    code, out, _ = run(capsys, "check", "--json")
+    assert code == 0 and all(c["passed"] for c in json.loads(out))
+
+
+@pytest.mark.parametrize(
+    "argv, phrase",
+    [
+        (["train", "--preset", "huge"], "unknown preset 'huge'"),
+        (["train", "--preset", "smoke", "--seeds", "-3"], "positive number of seeds"),
+        (["train", "--preset", "smoke", "--seeds", "2--5"], "cannot read --seeds"),
+        (["train", "--preset", "smoke", "--config", "missing.json"], "does not exist"),
+        (["train", "--task", "sorting"], "invalid choice"),
+        (["eval", "0123456789abcdef", "--loops", "1-24"], "no run '0123456789abcdef'"),
+        (["eval", "0123456789abcdef", "--loops", "24-1"], "runs backwards"),
+        (["eval", "0123456789abcdef", "--loops", "one-two"], "cannot read --loops"),
+        (["eval", "0123456789abcdef", "--loops", "0-4"], "start at 1"),
+        (["train", "--preset", "smoke", "--group-size", "0"], "--group-size"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path, capsys, argv, phrase):
+    res = tmp_path / "res"
+    code, out, err = run(capsys, *argv, "--results", str(res))
+    assert code == 2
+    assert phrase in err and err.startswith("loopscope: error:") and len(err.strip().splitlines()) == 1
+    assert not res.exists()  # nothing written
+
+
+def test_unwritable_results_folder_is_refused_before_training(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code, _, err = run(capsys, "train", "--preset", "smoke", "--results", str(blocker / "res"))
+    assert code == 2 and "cannot write results" in err
+
+
+def test_module_entry_point_has_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "eval", "nope", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "no run 'nope'" in proc.stderr
