@@ -147,6 +147,28 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    from engine import e2
+
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
+    seeds = parse_seeds(args.seeds)
+    tasks = [t.strip() for t in args.tasks.split(",")]
+    unknown = sorted(set(tasks) - set(e2.TASKS))
+    if unknown:
+        raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(e2.TASKS)}.")
+    device = device_of(args)
+    store = open_store(args)
+    rows = e2.run(args.preset, seeds, store, device, tasks)
+    summary = e2.summarize(rows, args.preset)
+    print(e2.format_summary(summary))
+    trained = {t: preset(args.preset, t).model.trained_loops for t in tasks}
+    for c in e2.claims(summary, trained):
+        verdict = "reproduced" if c["reproduced"] else "NOT reproduced"
+        print(f"({c['claim']}) {c['task']}: {c['text']} -- {verdict}: {c['measured']} (paper: {c['paper']})")
+    return 0
+
+
 def cmd_list(args) -> int:
     from engine.store import Store
 
@@ -227,6 +249,14 @@ def build_parser() -> Parser:
     p.add_argument("--boundary", choices=["norm", "none"], help="run in this mode (default: the trained one)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2")
+    p.add_argument("experiment", choices=["e2"])
+    p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
+    p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
+    p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("list", parents=[common], help="list cached runs and their state")
     p.add_argument("--json", action="store_true")

@@ -111,3 +111,35 @@ def extend_eval(
     for key in keys:
         store.add_rows(key, rows[rows["run_key"] == key])
     return rows
+
+
+# ---------------------------------------------------------------- named experiments
+
+
+def with_range(rows: pd.DataFrame, train_difficulties: dict[str, tuple[int, ...]]) -> pd.DataFrame:
+    """Mark each row's difficulty as inside or beyond its task's training range."""
+    inside = [d in train_difficulties[t] for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
+    return rows.assign(range=pd.Series(inside, index=rows.index).map({True: "in-range", False: "beyond"}))
+
+
+def seed_means(rows: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
+    """One value per seed and group: the metric averaged over the difficulties of the group."""
+    picked = rows[rows["metric"] == metric]
+    return picked.groupby([*by, "seed"], as_index=False)["value"].mean()
+
+
+def ensure_surgery(store: Store, keys: list[str], loops: int, experiment: str, device: str, progress: bool) -> None:
+    """Evaluate norm-trained runs in none mode (`norm->none` rows) where that is not cached yet."""
+    missing = []
+    for key in keys:
+        rows = store.load_rows(key)
+        have = rows.loc[rows["boundary"] == "norm->none", "eval_loops"]
+        if have.empty or have.max() < loops:
+            missing.append(key)
+    if missing:
+        extend_eval(store, missing, list(range(1, loops + 1)), "none", experiment, device, progress)
+
+
+def collect(store: Store, keys: list[str], experiment: str) -> pd.DataFrame:
+    rows = pd.concat([store.load_rows(k) for k in keys], ignore_index=True)
+    return rows.assign(experiment=experiment)[RESULT_COLUMNS]
