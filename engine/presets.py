@@ -87,7 +87,7 @@ def smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
     t = (
         default_task("parity", 4, 2, eval_examples=128)
         if task == "parity"
-        else default_task("chain", 2, 1, chains=1, variables=8, shuffle=False, eval_examples=128)
+        else default_task("chain", 2, 1, chains=1, variables=8, order="ordered", eval_examples=128)
     )
     model = ModelConfig(VOCAB_SIZE, d_model=32, n_heads=2, d_ff=96, layers_per_block=1, trained_loops=3)
     return _make(t, model, TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup_steps=20), boundary, arch)

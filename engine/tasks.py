@@ -28,6 +28,7 @@ VAR0 = len(SPECIALS)
 VOCAB_SIZE = len(VOCAB)
 IGNORE = -100  # target for positions without a loss
 TASK_NAMES = ("chain", "parity")
+CHAIN_ORDERS = ("shuffled", "layered", "ordered")
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class TaskConfig:
     chains: int = 2  # chain: number of disjoint chains (one is queried, the rest distract)
     variables: int = 24  # chain: variable names drawn from v0..v{variables-1}
     neg_prob: float = 0.5  # chain: probability that a hop negates
-    shuffle: bool = True  # chain: shuffle statements (False: hop by hop, parents first)
+    order: str = "shuffled"  # chain: "shuffled", "layered" (hop by hop, chains shuffled within a hop), "ordered"
     eval_examples: int = 512  # per difficulty, exactly half of each label
     eval_seed: int = 20_261_001
 
@@ -60,6 +61,8 @@ class TaskConfig:
                     f"at {hardest} hops but has {self.variables} (at most {MAX_VARIABLES}); "
                     "raise variables or lower chains or the hardest difficulty."
                 )
+            if self.order not in CHAIN_ORDERS:
+                raise ValueError(f"chain order must be one of {', '.join(CHAIN_ORDERS)}, got {self.order!r}.")
             if not 0.0 <= self.neg_prob <= 1.0:
                 raise ValueError(f"neg_prob must lie in [0, 1], got {self.neg_prob}.")
 
@@ -111,9 +114,13 @@ def chain_batch(cfg: TaskConfig, k: int, batch: int, g: torch.Generator) -> Batc
     source = torch.cat([root[:, :, None], VAR0 + var[:, :, :-1]], -1)  # a bit, or the parent
     statements = torch.stack([VAR0 + var, torch.where(neg, NOT, ID), source], -1)  # (B, C, H, 3)
 
-    # position of every statement in the sequence: shuffled, or hop by hop (parents first)
-    if cfg.shuffle:
+    # position of every statement: shuffled, or hop by hop (parents first) with the chains in a
+    # random ("layered": a parent must be found by its name) or fixed ("ordered") order within a hop
+    if cfg.order == "shuffled":
         position = torch.rand(B, C * H, generator=g).argsort(1).argsort(1).view(B, C, H)
+    elif cfg.order == "layered":
+        slot = torch.rand(B, H, C, generator=g).argsort(-1).argsort(-1).transpose(1, 2)  # (B, C, H)
+        position = torch.arange(H) * C + slot
     else:
         position = (torch.arange(H) * C + torch.arange(C)[:, None]).expand(B, C, H)
     seq = torch.empty(B, C * H, 3, dtype=torch.long)

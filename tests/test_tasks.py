@@ -7,7 +7,8 @@ from engine import tasks
 from engine.tasks import IGNORE, VOCAB, TaskConfig, eval_set, sample
 
 CHAIN = TaskConfig("chain", (1, 2, 3), (1, 2, 3, 4, 5), chains=3, variables=24)
-ORDERED = TaskConfig("chain", (1, 2), (1, 2, 3), chains=2, variables=12, shuffle=False)
+ORDERED = TaskConfig("chain", (1, 2), (1, 2, 3), chains=2, variables=12, order="ordered")
+LAYERED = TaskConfig("chain", (1, 2), (1, 2, 3), chains=3, variables=12, order="layered")
 PARITY = TaskConfig("parity", (1, 2, 3, 8), (1, 12))
 
 
@@ -25,7 +26,9 @@ def solve_chain(words: list[str]) -> tuple[int, dict[int, int]]:
     return value(query), {3 * i + 2: value(s[0]) for i, s in enumerate(statements)}
 
 
-@pytest.mark.parametrize("cfg, difficulty", [(CHAIN, 1), (CHAIN, 4), (ORDERED, 3), (PARITY, 1), (PARITY, 9)])
+@pytest.mark.parametrize(
+    "cfg, difficulty", [(CHAIN, 1), (CHAIN, 4), (ORDERED, 3), (LAYERED, 3), (PARITY, 1), (PARITY, 9)]
+)
 def test_labels_exactly_balanced_and_correct(cfg, difficulty):
     g = torch.Generator().manual_seed(1)
     batch = sample(cfg, difficulty, 64, g)
@@ -60,10 +63,24 @@ def test_chain_query_depth_equals_difficulty():
         assert hops == 3
 
 
+def parent_offsets(batch) -> set[int]:
+    offsets = set()
+    for row in batch.tokens:
+        words = [VOCAB[t] for t in row][:-2]
+        index = {words[i]: i // 3 for i in range(0, len(words), 3)}
+        offsets |= {i // 3 - index[words[i + 2]] for i in range(0, len(words), 3) if words[i + 2] in index}
+    return offsets
+
+
 def test_ordered_chain_supervises_every_statement_shuffled_only_computable_ones():
     g = torch.Generator().manual_seed(3)
     ordered = sample(ORDERED, 3, 32, g)
     assert int((ordered.targets[:, :-1] != IGNORE).sum(1).min()) == ORDERED.chains * 4
+    layered = sample(LAYERED, 3, 32, g)
+    assert int((layered.targets[:, :-1] != IGNORE).sum(1).min()) == LAYERED.chains * 4
+    # ordered: a parent is always `chains` statements back; layered: it must be found by name
+    assert parent_offsets(ordered) == {ORDERED.chains}
+    assert len(parent_offsets(layered)) > 1 and min(parent_offsets(layered)) > 0
     shuffled = sample(CHAIN, 3, 32, g)
     assert int((shuffled.targets[:, :-1] != IGNORE).sum(1).max()) < CHAIN.chains * 4
 
