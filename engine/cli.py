@@ -148,24 +148,20 @@ def cmd_eval(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from engine import e2
+    import importlib
 
+    module = importlib.import_module(f"engine.{args.experiment}")
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
     seeds = parse_seeds(args.seeds)
     tasks = [t.strip() for t in args.tasks.split(",")]
-    unknown = sorted(set(tasks) - set(e2.TASKS))
+    unknown = sorted(set(tasks) - set(module.TASKS))
     if unknown:
-        raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(e2.TASKS)}.")
+        raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(module.TASKS)}.")
     device = device_of(args)
     store = open_store(args)
-    rows = e2.run(args.preset, seeds, store, device, tasks)
-    summary = e2.summarize(rows, args.preset)
-    print(e2.format_summary(summary))
-    trained = {t: preset(args.preset, t).model.trained_loops for t in tasks}
-    for c in e2.claims(summary, trained):
-        verdict = "reproduced" if c["reproduced"] else "NOT reproduced"
-        print(f"({c['claim']}) {c['task']}: {c['text']} -- {verdict}: {c['measured']} (paper: {c['paper']})")
+    rows = module.run(args.preset, seeds, store, device, tasks)
+    print(module.report(rows, args.preset))
     return 0
 
 
@@ -250,8 +246,8 @@ def build_parser() -> Parser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2")
-    p.add_argument("experiment", choices=["e2"])
+    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2, e4")
+    p.add_argument("experiment", choices=["e2", "e4"])
     p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
     p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")

@@ -140,3 +140,17 @@ def format_summary(summary: pd.DataFrame) -> str:
                 f"   {r.p_value:.3g}   {r.get('surgery_acc', float('nan')):.3f}"
             )
     return "\n".join(lines)
+
+
+def claim_lines(found: list[dict]) -> list[str]:
+    return [
+        f"({c['claim']}) {c['task']}: {c['text']} -- {'reproduced' if c['reproduced'] else 'NOT reproduced'}: "
+        f"{c['measured']} (paper: {c['paper']})"
+        for c in found
+    ]
+
+
+def report(rows: pd.DataFrame, preset_name: str) -> str:
+    summary = summarize(rows, preset_name)
+    trained = {t: preset(preset_name, t).model.trained_loops for t in rows["task"].unique()}
+    return "\n".join([format_summary(summary), "", *claim_lines(claims(summary, trained))])
