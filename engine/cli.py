@@ -165,6 +165,13 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_ouro(args) -> int:
+    from engine import e1
+
+    args.loops = parse_loops(args.loops)
+    return e1.cmd_ouro(args)
+
+
 def cmd_list(args) -> int:
     from engine.store import Store
 
@@ -246,13 +253,22 @@ def build_parser() -> Parser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2, e4")
-    p.add_argument("experiment", choices=["e2", "e4"])
+    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2, e3, e4")
+    p.add_argument("experiment", choices=["e2", "e3", "e4"])
     p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
     p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("ouro", parents=[common], help="E1: probe released Ouro weights with and without the norm")
+    p.add_argument("--model", default="ByteDance/Ouro-1.4B", help="a Hugging Face id or a local checkpoint folder")
+    p.add_argument("--task", default="chain,parity", help="comma-separated probe tasks (chain, parity)")
+    p.add_argument("--loops", default="1-8", help="loop counts, e.g. 1-8 (one forward of the largest)")
+    p.add_argument("--prompts", type=int, default=500, help="prompts per task (even: labels exactly balanced)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bf16 on GPU")
+    p.set_defaults(func=cmd_ouro)
 
     p = sub.add_parser("list", parents=[common], help="list cached runs and their state")
     p.add_argument("--json", action="store_true")

@@ -1,0 +1,251 @@
+"""E3: readout refit. Norm-trained E2 models run without the norm; the loop is frozen and the readout
+refit (engine.refit) over a schedule of steps; recovery = (refit - removed) / (original - removed).
+
+Table `e3-<preset>`: RESULT_COLUMNS + `refit_target`, `refit_steps`, metrics `accuracy` and `recovery`.
+  accuracy  per difficulty, n = 1..3T: the original model in norm mode (boundary `norm`, refit_target
+            `original`, refit_steps 0) and every refit checkpoint in none mode (boundary `norm->none`;
+            refit_steps 0 is the model with the norm removed, the same for every target)
+  recovery  n = T..3T, per difficulty, and at difficulty 0 (= IN_RANGE) from the seed's accuracies
+            averaged over the in-range difficulties first; NaN where original - removed < 0.05
+Targets that name the same parameters (a 1-layer block: first = middle = last) are computed and stored
+once, under the first requested name; summaries list the others in `same_as`.
+
+Cache: <root>/refits/<refit_key>/{refit.safetensors, rows.parquet, manifest.json}, one folder per seed,
+keyed on (run_key, RefitConfig); files written atomically, manifest last with their sha256, verified
+on every read (engine.store.Store's checks); a corrupt or missing folder is redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors.torch import save as save_safetensors
+
+from engine import refit as rf
+from engine import stats
+from engine.experiments import ensure_runs, load_models, with_range
+from engine.presets import RunConfig, preset
+from engine.store import MANIFEST, RESULT_COLUMNS, ROWS, Store, atomic_write, parquet_bytes, provenance, sha256
+
+TASKS = ("parity", "chain")
+COLUMNS = [*RESULT_COLUMNS, "refit_target", "refit_steps"]
+ORIGINAL, IN_RANGE, STATE = "original", 0, "refit.safetensors"
+PLATEAU_TOL, PLATEAU_WINDOW = 0.02, 2  # plateau: each of the last 2 intervals (doublings) moves < 0.02
+REFIT = {
+    "smoke": rf.RefitConfig(schedule=(0, 25, 50, 100, 200, 400), lr=3e-3),
+    "cpu": rf.RefitConfig(schedule=(0, 50, 100, 200, 400, 800, 1600, 3200)),
+    "paper": rf.RefitConfig(schedule=(0, 100, 200, 400, 800, 1600, 3200, 6400), lr=5e-4),
+}
+
+
+class RefitStore(Store):
+    """A Store whose run folders are <root>/<key> and whose rows keep E3's two extra columns."""
+
+    def run_dir(self, key: str):
+        return self.root / key
+
+    def save(self, key: str, manifest: dict, state: dict[str, torch.Tensor], rows: pd.DataFrame) -> None:
+        folder = self.run_dir(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MANIFEST).unlink(missing_ok=True)
+        files = {STATE: save_safetensors(state), ROWS: parquet_bytes(rows[COLUMNS])}
+        for name, data in files.items():
+            atomic_write(folder / name, data)
+        manifest = dict(manifest, refit_key=key, files={n: sha256(d) for n, d in files.items()})
+        atomic_write(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+
+
+def refit_key(run_key: str, cfg: rf.RefitConfig) -> str:
+    blob = json.dumps({"run_key": run_key, "refit": asdict(cfg)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def grid_rows(grid: torch.Tensor, metric: str, target: str, steps: int, loops, difficulties):
+    """(difficulties, loops, S) values -> rows with member, difficulty, eval_loops, metric, value, ..."""
+    d, n, m = np.meshgrid(difficulties, loops, np.arange(grid.shape[-1]), indexing="ij")
+    boundary = "norm" if target == ORIGINAL else "norm->none"
+    return pd.DataFrame(
+        dict(member=m.ravel(), difficulty=d.ravel(), eval_loops=n.ravel(), metric=metric)
+        | dict(value=np.asarray(grid, dtype=float).ravel(), boundary=boundary, refit_target=target, refit_steps=steps)
+    )
+
+
+def refit_group(model, run: RunConfig, keys: list[str], seeds: list[int], cfg: rf.RefitConfig, device, progress):
+    """Evaluate original and removed, refit each distinct target; rows and refit weights per seed."""
+    n_max, T, diffs = run.eval_loops, run.model.trained_loops, run.task.eval_difficulties
+    inside = [i for i, d in enumerate(diffs) if d in run.task.train_difficulties]
+    original = rf.accuracy_grid(model.to(device), run, n_max, "norm")
+    removed = rf.accuracy_grid(model, run, n_max, "none")
+    frames, loops = [grid_rows(original, "accuracy", ORIGINAL, 0, range(1, n_max + 1), diffs)], range(T, n_max + 1)
+    aliases = rf.distinct_targets(cfg.targets, run.model.layers_per_block)
+    results = {t: rf.refit(model, run, seeds, t, cfg, n_max, device, progress) for t in aliases}
+    for target, res in results.items():
+        for steps, grid in {0: removed, **res.grids}.items():
+            frames.append(grid_rows(grid, "accuracy", target, steps, range(1, n_max + 1), diffs))
+            g, r, o = (x[:, T - 1 :] for x in (grid, removed, original))
+            frames.append(grid_rows(rf.recovery(g, r, o), "recovery", target, steps, loops, diffs))
+            means = [x[inside].mean(0, keepdim=True) for x in (g, r, o)]
+            frames.append(grid_rows(rf.recovery(*means), "recovery", target, steps, loops, [IN_RANGE]))
+    raw = pd.concat(frames, ignore_index=True)
+    rows = raw.assign(
+        experiment="e3",
+        run_key=np.asarray(keys)[raw["member"]],
+        seed=np.asarray(seeds)[raw["member"]],
+        task=run.task.name,
+        arch=run.model.arch,
+        trained_loops=T,
+    )
+    states = [{f"{t}/{n}": res.model.state_dict()[n][i].clone() for t, res in results.items() for n in res.names}
+              for i in range(len(seeds))]  # fmt: skip
+    return rows[COLUMNS], states, results, aliases
+
+
+def refit_runs(run: RunConfig, seeds, store: Store, cfg: rf.RefitConfig, device="cpu", progress=True, group=16):
+    """Train the norm runs if missing (as E2's), refit what is not cached, return every seed's rows."""
+    keys = ensure_runs(run, seeds, store, "e2", device, progress=progress)
+    cache = RefitStore(store.root / "refits")
+    todo = []
+    for key in keys:
+        status = cache.status(refit_key(key, cfg))
+        if status not in ("ok", "missing"):
+            print(f"loopscope: refit of {key}: {status}; redoing it.", file=sys.stderr)
+        todo += [key] if status != "ok" else []
+    for start in range(0, len(todo), group):
+        part = todo[start : start + group]
+        model, loaded, part_seeds = load_models(store, part)
+        rows, states, results, aliases = refit_group(model, loaded, part, part_seeds, cfg, device, progress)
+        prov = provenance(device)
+        for i, (key, seed) in enumerate(zip(part, part_seeds, strict=True)):
+            manifest = dict(experiment="e3", run_key=key, seed=seed, refit=asdict(cfg), computed_targets=aliases)
+            manifest |= {"group_size": len(part), "task": loaded.task.name, **prov}
+            manifest["wall_time_s"] = {t: round(r.wall_s, 2) for t, r in results.items()}
+            manifest["final_loss"] = {t: float(r.losses[-1, i]) for t, r in results.items()}
+            manifest["loss_curve"] = {t: [round(float(v), 5) for v in r.losses[::50, i]] for t, r in results.items()}
+            cache.save(refit_key(key, cfg), manifest, states[i], rows[rows["run_key"] == key])
+    return pd.concat([cache.load_rows(refit_key(k, cfg)) for k in keys], ignore_index=True)
+
+
+def refit_config(preset_name: str) -> rf.RefitConfig:
+    return REFIT.get(preset_name, rf.RefitConfig())
+
+
+def run(
+    preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True,
+    refit_cfg: rf.RefitConfig | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """Refit the norm models of each task (training them first if E2 has not); write the e3 table."""
+    cfg = refit_cfg or refit_config(preset_name)
+    rows = [refit_runs(preset(preset_name, t, "norm"), seeds, store, cfg, device, progress) for t in tasks]
+    rows = pd.concat(rows, ignore_index=True)
+    store.write_table(f"e3-{preset_name}", rows)
+    return rows
+
+
+# ---------------------------------------------------------------- summaries and claims
+
+
+def plateaued(curve: pd.Series) -> bool:
+    """A curve over refit steps whose last PLATEAU_WINDOW intervals each move by < PLATEAU_TOL."""
+    tail = curve.sort_index().to_numpy(dtype=float)[-(PLATEAU_WINDOW + 1) :]
+    return len(tail) == PLATEAU_WINDOW + 1 and bool(np.all(np.abs(np.diff(tail)) < PLATEAU_TOL))
+
+
+def summarize(rows: pd.DataFrame, preset_name: str, layers: int | None = None) -> pd.DataFrame:
+    """Per task x target x refit_steps x n: mean recovery [95% bootstrap CI over seeds], seeds guarded
+    (NaN), in-range accuracies of the original, the removed and the refit model, `pooled` (recovery of
+    those seed-mean accuracies), plateau (of the mean), and same_as: the targets that coincide with it
+    (block layers from the preset unless `layers` is given)."""
+    by = ["task", "refit_target", "refit_steps", "eval_loops"]
+    rec = rows[(rows["metric"] == "recovery") & (rows["difficulty"] == IN_RANGE)]
+    summary = stats.mean_ci(rec.dropna(subset=["value"]), by)
+    guarded = rec.groupby(by)["value"].agg(lambda v: int(v.isna().sum())).rename("n_guarded").reset_index()
+    summary = guarded.merge(summary, on=by, how="left")
+    acc = rows[rows["metric"] == "accuracy"]
+    acc = with_range(acc, {t: preset(preset_name, t).task.train_difficulties for t in acc["task"].unique()})
+    acc = acc[acc["range"] == "in-range"].groupby(by)["value"].mean().rename("acc_refit").reset_index()
+    fixed, orig = ["task", "eval_loops"], acc["refit_target"] == ORIGINAL
+    for name, part in (("acc_original", acc[orig]), ("acc_removed", acc[~orig & (acc["refit_steps"] == 0)])):
+        summary = summary.merge(part.groupby(fixed)["acc_refit"].mean().rename(name).reset_index(), on=fixed)
+    summary = summary.merge(acc[~orig], on=by, how="left").assign(n=lambda d: d["n"].fillna(0).astype(int))
+    pooled = rf.recovery(summary["acc_refit"], summary["acc_removed"], summary["acc_original"])
+    summary = summary.assign(pooled=pooled)  # the ratio of seed means: steadier when the gap is small
+    curves = summary.set_index("refit_steps").groupby(["task", "refit_target", "eval_loops"])["mean"]
+    flags = curves.apply(plateaued).rename("plateau").reset_index()
+    summary = summary.merge(flags, on=["task", "refit_target", "eval_loops"])
+    same = {}
+    for task in summary["task"].unique():
+        block = layers or preset(preset_name, task).model.layers_per_block
+        for target, names in rf.distinct_targets(rf.TARGETS, block).items():
+            same[(task, target)] = ", ".join(n for n in names if n != target)
+    return summary.assign(same_as=[same.get(k, "") for k in zip(summary["task"], summary["refit_target"], strict=True)])
+
+
+def at(summary: pd.DataFrame, task: str, target: str, n: int) -> pd.Series | None:
+    """The summary row of (task, target) at n and the last refit step, or None."""
+    s = summary[(summary["task"] == task) & (summary["refit_target"] == target) & (summary["eval_loops"] == n)]
+    return None if s.empty else s.sort_values("refit_steps").iloc[-1]
+
+
+def claims(summary: pd.DataFrame, trained_loops: dict[str, int]) -> list[dict]:
+    """The paper's E3 claims at n = T and the last refit step: (a) the head alone recovers about a third
+    (verdict: mean recovery in [0.2, 0.5]) and plateaus; (b) head + last layer recovers all (>= 0.9)."""
+    out = []
+    for task in summary["task"].unique():
+        T = trained_loops[task]
+        for claim, target, text in (("a", "head", "about a third and plateaus"), ("b", "head+last", "all of it")):
+            r = at(summary, task, target, T)
+            if r is None or not np.isfinite(r["mean"]):
+                why = "not run" if r is None else "no damage to recover (original - removed < 0.05 for every seed)"
+                measured, ok = why, False
+            else:
+                measured = (
+                    f"recovery {r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] at n=T={T} after "
+                    f"{r['refit_steps']} steps ({r['n']} seeds, {r['n_guarded']} guarded); plateau: {r['plateau']}"
+                ) + (f"; the same parameters as {r['same_as']}" if r.get("same_as") else "")
+                ok = 0.2 <= r["mean"] <= 0.5 and r["plateau"] if claim == "a" else r["mean"] >= 0.9
+            paper = f"recovers {'about 1/3, plateau' if claim == 'a' else 'all of it'}"
+            text = f"refitting {target} recovers {text}"
+            out.append(dict(task=task, claim=claim, text=text, paper=paper, measured=measured, reproduced=bool(ok)))
+    return out
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    lines = []
+    for task, s in summary.groupby("task", sort=False):
+        T = int(s["eval_loops"].min())
+        first = s[s["eval_loops"] == T].iloc[0]
+        seeds = int(first["n"] + first["n_guarded"])
+        lines.append(
+            f"\n{task}: recovery at n = T = {T}, in-range mean, {seeds} seeds, 95% "
+            f"bootstrap CI (original {first['acc_original']:.3f}, norm removed {first['acc_removed']:.3f})"
+        )
+        lines.append(f"{'target  steps':<14}" + "".join(f"{int(k):>7d}" for k in sorted(s["refit_steps"].unique())))
+        for target, c in s[s["eval_loops"] == T].groupby("refit_target", sort=False):
+            c = c.sort_values("refit_steps")
+            last, note = c.iloc[-1], f"  (= {c['same_as'].iloc[0]})" if c["same_as"].iloc[0] else ""
+            lines.append(
+                f"{target:<14}" + "".join(f"{v:7.3f}" for v in c["mean"])
+                + f"  [{last['ci_low']:.3f}, {last['ci_high']:.3f}]  pooled {last['pooled']:.3f}"
+                + f"  plateau {'yes' if last['plateau'] else 'no'}{note}"
+            )  # fmt: skip
+        lines.append("at the last step, by n:" + "".join(f"{n:>7d}" for n in sorted(s["eval_loops"].unique())))
+        for target, c in s[s["refit_steps"] == s["refit_steps"].max()].groupby("refit_target", sort=False):
+            lines.append(f"{target:<23}" + "".join(f"{v:7.3f}" for v in c.sort_values("eval_loops")["mean"]))
+    return "\n".join(lines)
+
+
+def report(rows: pd.DataFrame, preset_name: str) -> str:
+    summary = summarize(rows, preset_name)
+    trained = {t: preset(preset_name, t).model.trained_loops for t in summary["task"].unique()}
+    verdicts = [
+        f"({c['claim']}) {c['task']}: {c['text']} -- {'reproduced' if c['reproduced'] else 'NOT reproduced'}: "
+        f"{c['measured']} (paper: {c['paper']})"
+        for c in claims(summary, trained)
+    ]
+    return "\n".join([format_summary(summary), "", *verdicts])
