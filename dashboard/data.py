@@ -1,14 +1,33 @@
-"""Reading the results store for the dashboard: cached, keyed on the files' state, never raising."""
+"""Reading the results store for the dashboard: cached, keyed on the files' state, never raising.
+
+The cached functions take the files' (size, mtime) as an argument named `state`: it is only the cache key,
+so a rewritten file is read again (st.cache_data skips arguments whose names start with an underscore,
+so the key must not be called `_state`).
+
+Every loader returns data together with a list of problems (sentences for the reader), so a
+damaged or unreadable file becomes a message on the page, never a traceback.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine.store import Store
+from engine import stats
+from engine.presets import PRESETS, preset
+from engine.store import RESULT_COLUMNS, CorruptRun, Store
+
+TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
+SCALE_ORDER = ("paper", "cpu", "smoke")  # the default preset is the largest one present
+SUMMARY_LEVELS = ("in-range mean", "beyond-range mean", "all difficulties mean")
 
 
 def results_root() -> Path:
@@ -22,36 +41,269 @@ def files_state(root: Path) -> tuple:
     return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()))
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def _runs(root: str, _state: tuple) -> tuple[pd.DataFrame, list[str]]:
-    store, records, problems = Store(Path(root)), [], []
-    for key in store.run_keys():
-        status = store.status(key)
-        if status != "ok":
-            problems.append(status)
+def _tables_state(root: Path) -> tuple:
+    if not root.is_dir():
+        return ()
+    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in root.glob("e*-*.parquet")))
+
+
+# ---------------------------------------------------------------- experiment tables
+
+
+@dataclass
+class Table:
+    """One experiment table at one preset; rows is None when the table is missing or unreadable."""
+
+    experiment: str
+    preset: str
+    rows: pd.DataFrame | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(int(s) for s in self.rows["seed"].unique()) if self.rows is not None else []
+
+
+def catalog() -> dict[str, list[str]]:
+    """{experiment: the presets (scales) at which its table exists, largest first}."""
+    found: dict[str, list[str]] = {}
+    for name, *_ in _tables_state(results_root()):
+        if m := TABLE_NAME.match(name):
+            found.setdefault(m.group(1), []).append(m.group(2))
+    order = {n: i for i, n in enumerate(SCALE_ORDER)}
+    return {e: sorted(p, key=lambda n: (order.get(n, len(order)), n)) for e, p in found.items()}
+
+
+def presets(experiment: str) -> list[str]:
+    return catalog().get(experiment, [])
+
+
+def train_ranges(preset_name: str, tasks) -> dict[str, tuple[int, ...]]:
+    """Training difficulties per task from the preset; empty for a preset engine.presets does not know."""
+    if preset_name not in PRESETS:
+        return {}
+    out = {}
+    for task in tasks:
+        try:
+            out[task] = tuple(preset(preset_name, task).task.train_difficulties)
+        except ValueError:
             continue
+    return out
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _read_table(path: str, experiment: str, preset_name: str, state: tuple) -> Table:
+    table = Table(experiment, preset_name)
+    try:
+        rows = pd.read_parquet(path)
+    except Exception as e:  # any damage: truncated, not parquet, unreadable
+        table.problems.append(
+            f"`{Path(path).name}` could not be read ({type(e).__name__}); "
+            f"rerun `loopscope run {experiment} --preset {preset_name}` to rewrite it."
+        )
+        return table
+    missing = [c for c in RESULT_COLUMNS if c not in rows.columns]
+    if missing:
+        table.problems.append(f"`{Path(path).name}` lacks the columns {', '.join(missing)}; it is not a results table.")
+        return table
+    ranges = train_ranges(preset_name, rows["task"].unique())
+    inside = [d in ranges.get(t, ()) for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
+    rows["range"] = np.where(rows["task"].isin(list(ranges)), np.where(inside, "in-range", "beyond"), "n/a")
+    table.rows = rows
+    return table
+
+
+def table(experiment: str, preset_name: str) -> Table:
+    """The table `<root>/<experiment>-<preset>.parquet`, read once per change of the file."""
+    path = results_root() / f"{experiment}-{preset_name}.parquet"
+    if not path.is_file():
+        return Table(experiment, preset_name)
+    stat = path.stat()
+    return _read_table(str(path), experiment, preset_name, (stat.st_size, stat.st_mtime_ns))
+
+
+def difficulty_options(rows: pd.DataFrame) -> list[str]:
+    """The summary levels present, then every difficulty (as text: the value is also its URL form)."""
+    levels = [lvl for lvl in SUMMARY_LEVELS if level_mask(rows, lvl).any()]
+    return levels + [str(d) for d in sorted(rows["difficulty"].unique())]
+
+
+def level_mask(rows: pd.DataFrame, level: str) -> pd.Series:
+    if level == "in-range mean":
+        return rows["range"] == "in-range"
+    if level == "beyond-range mean":
+        return rows["range"] == "beyond"
+    if level == "all difficulties mean":
+        return pd.Series(True, index=rows.index)
+    return rows["difficulty"] == int(level)
+
+
+def token_name(token_id) -> str:
+    """The vocabulary entry of a token id (engine.tasks.VOCAB), or the id where it is out of range."""
+    from engine.tasks import VOCAB
+
+    i = int(token_id)
+    return VOCAB[i] if 0 <= i < len(VOCAB) else str(i)
+
+
+def seed_values(rows: pd.DataFrame, metric: str, difficulty: str, by: list[str]) -> pd.DataFrame:
+    """One value per seed and group: the metric, averaged over the chosen difficulties."""
+    picked = rows[(rows["metric"] == metric) & level_mask(rows, difficulty)]
+    return picked.groupby([*by, "seed"], as_index=False)["value"].mean()
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def curve_stats(per_seed: pd.DataFrame, by: tuple[str, ...]) -> pd.DataFrame:
+    """Mean and 95% bootstrap CI over seeds per group (engine.stats.mean_ci), cached on the data."""
+    return stats.mean_ci(per_seed, list(by))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def mode_comparison_by(per_seed: pd.DataFrame, by: tuple[str, ...], col: str, a: str, b: str) -> pd.DataFrame:
+    """Cliff's delta of b against a (column col) per group, with its CI and p (engine.stats.summarize_modes)."""
+    return stats.summarize_modes(per_seed, group_cols=by, mode_col=col, a=a, b=b)
+
+
+def mode_comparison(per_seed: pd.DataFrame, by: tuple[str, ...]) -> pd.DataFrame:
+    """Cliff's delta none vs norm per group."""
+    return mode_comparison_by(per_seed, by, "boundary", "norm", "none")
+
+
+# ---------------------------------------------------------------- E1's manifest
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _e1_manifest(path: str, state: tuple) -> tuple[dict, str | None]:
+    manifest_path, table_path = Path(path), Path(path).with_suffix(".parquet")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        if hashlib.sha256(table_path.read_bytes()).hexdigest() != manifest["files"][table_path.name]:
+            return manifest, f"`{table_path.name}` does not match the checksum in `{manifest_path.name}`."
+        return manifest, None
+    except Exception as e:  # missing, not JSON, written by another version
+        return (
+            {},
+            f"`{manifest_path.name}` could not be read ({type(e).__name__}); rerun `loopscope ouro` to rewrite it.",
+        )
+
+
+def e1_manifest(slug: str) -> tuple[dict, str | None]:
+    """`e1-<slug>.json` (model identity, n = 1 check, decoded top tokens), checked against its table."""
+    path = results_root() / f"e1-{slug}.json"
+    state = tuple((p.stat().st_size, p.stat().st_mtime_ns) for p in (path, path.with_suffix(".parquet")) if p.exists())
+    return _e1_manifest(str(path), state)
+
+
+def e1_top_tokens(manifest: dict, task: str) -> pd.DataFrame:
+    """The head's most frequent token per mode and step, decoded (E1 tokens are the LM's, not engine.tasks')."""
+    tops = manifest.get("tasks", {}).get(task, {}).get("top_tokens", {})
+    table = pd.DataFrame(
+        {mode: {int(n): repr(t.get("text", "")) for n, t in steps.items()} for mode, steps in tops.items()}
+    )
+    if table.empty:
+        return table
+    table = table.sort_index().T
+    table.columns = [f"n={n}" for n in table.columns]
+    return table.rename_axis("mode").reset_index()
+
+
+# ---------------------------------------------------------------- claims
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _claims(root: str, experiment: str, preset_name: str, state: tuple) -> tuple[list[dict] | None, list[str]]:
+    """engine.<experiment>.claims(summarize(rows, preset), T per task); None where the engine has none."""
+    import importlib
+
+    t = table(experiment, preset_name)
+    if t.rows is None:
+        return [], t.problems
+    try:
+        module = importlib.import_module(f"engine.{experiment}")
+    except ImportError:
+        return None, []
+    if not (hasattr(module, "summarize") and hasattr(module, "claims")):
+        return None, []
+    rows = t.rows.drop(columns="range")
+    try:
+        summary = module.summarize(rows, preset_name)
+        trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
+        return module.claims(summary, trained), []
+    except Exception as e:  # a table too small or too odd to summarise is a message, not a crash
+        return [], [f"`{experiment}-{preset_name}.parquet` could not be summarised ({type(e).__name__}: {e})."]
+
+
+def claims(experiment: str, preset_name: str) -> tuple[list[dict] | None, list[str]]:
+    """The paper's claims with measured figures and verdicts (None: the engine gives no verdicts yet)."""
+    root = results_root()
+    return _claims(str(root), experiment, preset_name, _tables_state(root))
+
+
+# ---------------------------------------------------------------- runs
+
+
+@st.cache_data(max_entries=4096, show_spinner=False)
+def _run_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | None]:
+    """One run's row of the runs table, or why it cannot be listed; cached per run, so one changed run
+    does not make every checkpoint be hashed again."""
+    store = Store(Path(root))
+    status = store.status(key)
+    if status != "ok":
+        return None, status
+    try:
         m = store.manifest(key)
         cfg = m["config"]
-        records.append(
-            {
-                "run_key": key,
-                "task": cfg["task"]["name"],
-                "arch": "looped" if cfg["model"]["tied"] else "stacked",
-                "trained boundary": cfg["model"]["boundary"],
-                "T": cfg["model"]["trained_loops"],
-                "seed": m["seed"],
-                "steps": m["steps"],
-                "final loss": m["final_loss"],
-                "wall (s)": m["wall_time_s"],
-                "device": m["device"],
-                "commit": m["git_commit"][:10],
-                "created": m["created"],
-            }
-        )
-    return pd.DataFrame(records), problems
+        return {
+            "run_key": key,
+            "experiment": m.get("experiment", ""),
+            "task": cfg["task"]["name"],
+            "arch": "looped" if cfg["model"]["tied"] else "stacked",
+            "trained boundary": cfg["model"]["boundary"],
+            "T": cfg["model"]["trained_loops"],
+            "seed": m["seed"],
+            "steps": m.get("steps"),
+            "final loss": m.get("final_loss"),
+            "wall (s)": m.get("wall_time_s"),
+            "device": m.get("device", ""),
+            "commit": str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else ""),
+            "created": m.get("created", ""),
+        }, None
+    except (KeyError, TypeError, AttributeError) as e:
+        return None, f"run {key}: its manifest lacks {e} (written by an older version?)"
 
 
 def runs() -> tuple[pd.DataFrame, list[str]]:
     """Every valid cached run, and a sentence for each run that could not be read."""
     root = results_root()
-    return _runs(str(root), files_state(root / "runs"))
+    records, problems = [], []
+    for key in Store(root).run_keys():
+        record, problem = _run_record(str(root), key, files_state(root / "runs" / key))
+        records += [record] if record else []
+        problems += [problem] if problem else []
+    table = pd.DataFrame(records)
+    order = ["experiment", "task", "arch", "trained boundary", "seed"]
+    return (table.sort_values(order, ignore_index=True) if len(table) else table), problems
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _run_detail(root: str, key: str, state: tuple) -> tuple[dict, pd.DataFrame | None, str | None]:
+    store = Store(Path(root))
+    try:
+        return store.manifest(key), store.load_rows(key), None
+    except CorruptRun as e:
+        return {}, None, str(e)
+    except Exception as e:
+        return {}, None, f"run {key}: its rows could not be read ({type(e).__name__})"
+
+
+def run_detail(key: str) -> tuple[dict, pd.DataFrame | None, str | None]:
+    """One run's manifest and its evaluation rows (checksums verified), or a sentence saying why not."""
+    root = results_root()
+    return _run_detail(str(root), key, files_state(root / "runs" / key))
+
+
+def loss_curve(manifest: dict) -> pd.DataFrame:
+    """The manifest's subsampled loss curve (every max(1, steps // 100)-th step) against the step."""
+    curve = manifest.get("loss_curve") or []
+    stride = max(1, int(manifest.get("steps") or len(curve)) // 100)
+    return pd.DataFrame({"step": [1 + i * stride for i in range(len(curve))], "loss": curve})

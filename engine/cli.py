@@ -172,6 +172,14 @@ def cmd_ouro(args) -> int:
     return e1.cmd_ouro(args)
 
 
+def cmd_bench(args) -> int:
+    from engine import bench
+
+    result = bench.run_all(quick=args.quick)
+    print(json.dumps(result, indent=2) if args.json else bench.format_report(result))
+    return 0
+
+
 def cmd_list(args) -> int:
     from engine.store import Store
 
@@ -269,6 +277,11 @@ def build_parser() -> Parser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bf16 on GPU")
     p.set_defaults(func=cmd_ouro)
+
+    p = sub.add_parser("bench", help="measure every fast path against its baseline, as ratios")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="fewer seeds and steps (seconds, noisier)")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("list", parents=[common], help="list cached runs and their state")
     p.add_argument("--json", action="store_true")

@@ -1,51 +1,301 @@
-"""The dashboard renders on real results, an empty folder and a damaged run, without a traceback."""
+"""The dashboard: every page renders on real smoke results, on an empty folder and on damaged files
+without a traceback; deep links restore widgets; the chart builders draw what the captions promise."""
 
-from dataclasses import replace
+import hashlib
+import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.experiments import ensure_runs
-from engine.presets import smoke
+from dashboard import charts
+from engine import e2
 from engine.store import Store
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+PAGES = ["overview", "accuracy", "norms", "refit", "stacked", "ouro", "runs"]
+
+
+def smoke_results(tmp_path_factory) -> Path:
+    """E2 at the smoke preset, parity, seeds 0-1; one folder per session (the store makes a second call free)."""
+    root = tmp_path_factory.getbasetemp() / "loopscope-smoke"
+    e2.run("smoke", [0, 1], Store(root), tasks=("parity",), progress=False)
+    return root
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("results")
-    cfg = replace(smoke("parity"), train=replace(smoke("parity").train, steps=20))
-    ensure_runs(cfg, [0, 1], Store(root), progress=False)
+    return smoke_results(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def damaged(results, tmp_path_factory):
+    """A copy with a garbage e2 table and one run's checkpoint overwritten."""
+    root = tmp_path_factory.mktemp("damaged")
+    shutil.copytree(results, root, dirs_exist_ok=True)
+    (root / "e2-smoke.parquet").write_bytes(b"not a parquet file")
+    key = Store(root).run_keys()[0]
+    (root / "runs" / key / "model.safetensors").write_bytes(b"garbage")
     return root
 
 
-def render(monkeypatch, root) -> AppTest:
+@pytest.fixture(scope="module")
+def all_tables(results, tmp_path_factory):
+    """The smoke results plus small E3, E4 and E1 tables shaped as the SPEC gives them, derived from E2's rows
+    (the engine does not make them yet): they exercise those pages' drawing code, not the science."""
+    root = tmp_path_factory.mktemp("all")
+    shutil.copytree(results, root, dirs_exist_ok=True)
+    rows = pd.read_parquet(root / "e2-smoke.parquet")
+    cut = rows[(rows["boundary"] == "norm->none") & (rows["metric"] == "accuracy")]
+    grid = [(t, k, m) for t in ("head", "head+last") for k in (0, 50, 100) for m in ("accuracy", "recovery")]
+    e3 = pd.concat([cut.assign(refit_target=t, refit_steps=k, metric=m, experiment="e3") for t, k, m in grid])
+    e3.to_parquet(root / "e3-smoke.parquet")
+    looped = rows[rows["boundary"].isin(["norm", "none"])]
+    stacked = looped.assign(arch="stacked", trained_loops=1)
+    pd.concat([looped, stacked]).assign(experiment="e4").to_parquet(root / "e4-smoke.parquet")
+    e1 = rows[rows["boundary"].isin(["norm", "norm->none"]) & (rows["seed"] == 0)].assign(experiment="e1")
+    e1.to_parquet(root / "e1-demo.parquet")
+    tops = {m: {str(n): {"id": 1, "text": "1"} for n in range(1, 10)} for m in ("norm", "norm->none")}
+    manifest = {
+        "model": {"spec": "cached_results/e1-demo", "parameters": 15904, "trained_loops": 3},
+        "tasks": {"parity": {"n1_identity": {"passed": True}, "top_tokens": tops}},
+        "files": {"e1-demo.parquet": hashlib.sha256((root / "e1-demo.parquet").read_bytes()).hexdigest()},
+    }
+    (root / "e1-demo.json").write_text(json.dumps(manifest))
+    return root
+
+
+def render(monkeypatch, root, page: str = "overview", **query) -> AppTest:
     monkeypatch.setenv("LOOPSCOPE_RESULTS", str(root))
-    return AppTest.from_file(APP, default_timeout=60).run()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(query)
+    at.run()
+    if page != "overview":
+        at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [e for e in at.error if "could not be drawn" in e.value], "a page fell through to the last-resort guard"
+    return at
 
 
-def test_runs_page_lists_runs(monkeypatch, results):
+def charts_on(at: AppTest) -> list[dict]:
+    """The Vega-Lite specs the page sent, with their datasets put back (Streamlit sends them apart)."""
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    specs = []
+    for el in at.get("vega_lite_chart"):
+        spec = json.loads(el.proto.spec)
+        data = {d.name: convert_arrow_bytes_to_pandas_df(d.data.data).to_dict("records") for d in el.proto.datasets}
+        specs.append(spec | {"datasets": data})
+    return specs
+
+
+# ---------------------------------------------------------------- pages on real results
+
+
+def test_overview_shows_every_e2_claim_with_a_verdict(monkeypatch, results):
     at = render(monkeypatch, results)
+    text = " ".join(m.value for m in at.markdown)
+    for claim in "abcd":
+        assert f"E2 ({claim}) · parity" in text
+    assert "smoke preset, 2 seeds per mode" in text
+    assert ("reproduced" in text) and ("not run yet" in text)  # E2 verdicts; E3/E4/E1 not run
+    for command in ("loopscope run e3 --preset cpu", "loopscope run e4 --preset cpu", "loopscope ouro --model"):
+        assert command in text
+    links = at.get("page_link")
+    assert len(links) == 4 + 3
+
+
+def test_accuracy_page_draws_curves_and_delta_with_downloads(monkeypatch, results):
+    at = render(monkeypatch, results, "accuracy")
+    accuracy, delta = charts_on(at)
+    assert "ci-band" in [layer.get("name") for layer in accuracy["layer"]]
+    assert "magnitude-bands" in [layer.get("name") for layer in delta["layer"]]
+    assert len(at.download_button) == 6  # PNG, SVG, CSV for each figure
+    assert any("95% bootstrap CI over seeds" in c.value and "Chance level 0.5" in c.value for c in at.caption)
+
+
+def test_deep_link_restores_widgets(monkeypatch, results):
+    at = render(monkeypatch, results, "accuracy", task="parity", difficulty="5", modes=["none", "norm->none"])
+    assert at.selectbox(key="difficulty").value == "5"
+    assert at.pills(key="modes").value == ["none", "norm->none"]
+    at.toggle(key="seeds").set_value(True).run()
     assert not at.exception
-    assert at.dataframe[0].value.shape[0] == 2
 
 
-def test_empty_folder_says_what_to_do(monkeypatch, tmp_path):
-    at = render(monkeypatch, tmp_path / "nothing")
+@pytest.mark.parametrize("page", ["norms", "runs"])
+def test_norms_and_runs_pages_draw(monkeypatch, results, page):
+    at = render(monkeypatch, results, page)
+    assert len(charts_on(at)) == 2
+    assert len(at.dataframe) >= 1
+
+
+@pytest.mark.parametrize("page", ["refit", "stacked"])
+def test_missing_experiments_say_how_to_make_them(monkeypatch, results, page):
+    at = render(monkeypatch, results, page)
+    assert "Not run yet" in at.info[0].value
+    assert f"loopscope run {'e3' if page == 'refit' else 'e4'} --preset cpu" in at.code[0].value
+
+
+def test_ouro_page_is_a_labelled_placeholder(monkeypatch, results):
+    at = render(monkeypatch, results, "ouro")
+    assert "Demonstration placeholder" in at.warning[0].value
+    assert "is a measurement" in at.warning[0].value
+    assert "loopscope ouro --model ByteDance/Ouro-1.4B" in at.code[0].value
+    assert len(charts_on(at)) == 1
+
+
+def test_refit_page_draws_recovery_with_the_paper_levels(monkeypatch, all_tables):
+    at = render(monkeypatch, all_tables, "refit")
+    (spec,) = charts_on(at)
+    levels = [layer for layer in spec["layer"] if layer.get("name") == "reference-level"]
+    assert levels and at.selectbox(key="n").value == 3  # defaults to n = T
+
+
+def test_stacked_page_switches_the_x_axis(monkeypatch, all_tables):
+    at = render(monkeypatch, all_tables, "stacked")
+    assert len(charts_on(at)) == 2
+    at.segmented_control(key="x").set_value("n/T").run()
     assert not at.exception
-    assert "loopscope train" in at.info[0].value
+    spec = charts_on(at)[0]
+    assert spec["layer"][0]["encoding"]["x"]["field"] == "overshoot_ratio"
+    budget = next(layer for layer in spec["layer"] if layer.get("name") == "budget")
+    assert spec["datasets"][budget["data"]["name"]][0]["x"] == 1.0
 
 
-def test_corrupt_run_is_reported_not_raised(monkeypatch, results, tmp_path):
-    import shutil
+def test_ouro_page_with_a_table_labels_the_demonstration(monkeypatch, all_tables):
+    at = render(monkeypatch, all_tables, "ouro")
+    assert "Demonstration, not the released weights" in at.info[0].value
+    assert "15,904 parameters" in at.info[0].value
+    assert "identity passed" in at.success[0].value
+    assert len(charts_on(at)) == 3
 
+
+def test_overview_gives_no_verdict_the_engine_does_not(monkeypatch, all_tables):
+    at = render(monkeypatch, all_tables)
+    text = " ".join(m.value for m in at.markdown)
+    assert "not run yet" not in text and "no verdict yet" in text
+
+
+# ---------------------------------------------------------------- empty and damaged folders
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_empty_folder_says_what_to_do(monkeypatch, tmp_path, page):
+    at = render(monkeypatch, tmp_path / "nothing", page)
+    said = " ".join(x.value for x in [*at.info, *at.warning, *at.code])
+    assert "loopscope" in said
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_damaged_files_are_reported_not_raised(monkeypatch, damaged, page):
+    at = render(monkeypatch, damaged, page)
+    said = " ".join(x.value for x in [*at.error, *at.warning, *at.info])
+    if page in ("overview", "accuracy", "norms"):
+        assert "e2-smoke.parquet` could not be read" in said
+    if page == "runs":
+        assert "checksum" in said
+        assert at.dataframe[0].value.shape[0] == len(Store(damaged).run_keys()) - 1
+
+
+def test_a_rewritten_table_is_read_again(monkeypatch, results, tmp_path):
+    """The caches are keyed on the files' size and mtime: a changed file is never served stale."""
     root = tmp_path / "copy"
     shutil.copytree(results, root)
-    key = Store(root).run_keys()[0]
-    (root / "runs" / key / "model.safetensors").write_bytes(b"garbage")
-    at = render(monkeypatch, root)
-    assert not at.exception
-    assert at.dataframe[0].value.shape[0] == 1
-    assert "checksum" in at.warning[0].value
+    assert not render(monkeypatch, root, "accuracy").error
+    (root / "e2-smoke.parquet").write_bytes(b"truncated")
+    at = render(monkeypatch, root, "accuracy")
+    assert "could not be read" in at.error[0].value
+
+
+# ---------------------------------------------------------------- chart specs
+
+
+def spec_layers(chart) -> tuple[dict, dict]:
+    spec = chart.to_dict()
+    return {layer.get("name"): layer for layer in spec["layer"]}, spec.get("datasets", {})
+
+
+def layer_data(layer: dict, datasets: dict) -> list[dict]:
+    return datasets[layer["data"]["name"]]
+
+
+@pytest.fixture(scope="module")
+def stats_frame():
+    return pd.DataFrame(
+        {
+            "series": ["norm", "norm", "none", "none"],
+            "eval_loops": [1, 2, 1, 2],
+            "mean": [0.5, 0.9, 0.6, 0.95],
+            "ci_low": [0.4, 0.8, 0.5, 0.9],
+            "ci_high": [0.6, 1.0, 0.7, 1.0],
+            "n": [2, 2, 2, 2],
+            "ci_method": ["BCa"] * 4,
+        }
+    )
+
+
+def test_curves_have_ci_band_budget_at_T_and_chance(stats_frame):
+    chart = charts.curves(
+        stats_frame, "eval_loops", charts.N_TITLE, "accuracy", budgets=charts.budget_rules(3), chance=0.5
+    )
+    layers, datasets = spec_layers(chart)
+    band = layers["ci-band"]
+    assert band["mark"]["type"] == "area"
+    assert band["encoding"]["y"]["field"] == "ci_low" and band["encoding"]["y2"]["field"] == "ci_high"
+    assert layer_data(layers["budget"], datasets)[0]["x"] == 3
+    assert layers["budget"]["mark"]["type"] == "rule"
+    assert layer_data(layers["chance"], datasets)[0]["y"] == 0.5
+    assert "seeds" not in layers
+    colors = layers["mean"]["encoding"]["color"]["scale"]
+    assert dict(zip(colors["domain"], colors["range"], strict=True)) == {"norm": "#0072B2", "none": "#D55E00"}
+    assert "(loop steps)" in layers["ci-band"]["encoding"]["x"]["title"]
+
+
+def test_curves_draw_seeds_and_references_when_given(stats_frame):
+    seeds = pd.DataFrame({"series": ["norm"] * 2, "seed": [0, 0], "eval_loops": [1, 2], "value": [0.5, 0.9]})
+    refs = pd.DataFrame({"x": [4.0, None], "y": [0.0, 0.5], "label": ["paper", "paper level"]})
+    chart = charts.curves(stats_frame, "eval_loops", "n", "acc", seeds=seeds, references=refs)
+    layers, datasets = spec_layers(chart)
+    assert layers["seeds"]["encoding"]["detail"]["field"] == "seed"
+    assert layer_data(layers["reference"], datasets) == [{"x": 4.0, "y": 0.0, "label": "paper"}]
+    assert layers["reference-level"]["mark"]["type"] == "rule"
+
+
+def test_delta_chart_shades_the_magnitude_thresholds():
+    summary = pd.DataFrame(
+        {"eval_loops": [1, 2], "delta": [0.0, 0.9], "delta_ci_low": [-0.2, 0.5], "delta_ci_high": [0.2, 1.0]}
+        | {"magnitude": ["negligible", "large"], "p_value": [1.0, 0.01]}
+    )
+    layers, datasets = spec_layers(charts.delta_chart(summary, "eval_loops", "n", charts.budget_rules(4)))
+    bounds = {abs(row["y2"]) for row in layer_data(layers["magnitude-bands"], datasets)}
+    assert bounds == {0.147, 0.33, 0.474, 1.0}
+    assert layer_data(layers["budget"], datasets)[0]["x"] == 4
+    assert layers["delta-ci"]["encoding"]["y2"]["field"] == "delta_ci_high"
+
+
+def test_series_colours_are_okabe_ito():
+    scale = charts.color_scale(["stacked, norm", "looped, none", "looped, norm"]).to_dict()
+    assert scale["domain"] == ["looped, norm", "looped, none", "stacked, norm"]
+    assert scale["range"] == ["#0072B2", "#D55E00", "#009E73"]
+    assert charts.color_of("norm->none") == "#CC79A7"
+
+
+def test_exports_are_png_and_svg(stats_frame):
+    chart = charts.curves(stats_frame, "eval_loops", "n", "acc", budgets=charts.budget_rules(2))
+    assert charts.to_png(chart).startswith(b"\x89PNG")
+    assert b"<svg" in charts.to_svg(chart)[:200]
+
+
+def test_caption_states_seeds_ci_method_and_chance():
+    text = charts.caption([0, 1, 1], ["BCa", "BCa", "degenerate"])
+    assert "n = 2 seeds" in text and "95% bootstrap CI" in text and "BCa 2, degenerate 1" in text
+    assert "Chance level 0.5" in text
+
+
+def test_loss_curve_steps_follow_the_manifest_stride():
+    from dashboard.data import loss_curve
+
+    curve = loss_curve(json.loads('{"steps": 300, "loss_curve": [3.0, 2.0, 1.0]}'))
+    assert curve["step"].tolist() == [1, 4, 7]

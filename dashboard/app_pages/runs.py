@@ -1,16 +1,82 @@
+"""Every cached run with its provenance; one run's curves (accuracy per n and difficulty, training loss)."""
+
+import json
+
 import streamlit as st
 
-from dashboard.data import results_root, runs
+from dashboard import charts, data, ui, views
 
 st.title("Cached runs")
-table, problems = runs()
+table, problems = data.runs()
 for problem in problems:
     st.warning(f"Skipped a damaged run: {problem}. `loopscope train` with its config redoes it.")
 if table.empty:
     st.info(
-        f"No runs under `{results_root()}` yet. Train a few with "
+        f"No runs under `{data.results_root()}` yet. Train a few with "
         "`loopscope train --preset smoke --seeds 2`, then reload this page."
     )
-else:
-    st.caption(f"{len(table)} runs under `{results_root()}`")
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.stop()
+
+experiments = sorted(e for e in table["experiment"].unique() if e)
+if len(experiments) > 1:
+    chosen = ui.some_of("experiments", experiments, "experiments")
+    table = table[table["experiment"].isin(chosen)]
+st.caption(f"{len(table)} runs under `{data.results_root()}`: provenance from each run's manifest.json.")
+st.dataframe(
+    table, hide_index=True, width="stretch", column_config={"final loss": st.column_config.NumberColumn(format="%.4f")}
+)
+if table.empty:
+    st.stop()
+
+st.header("One run")
+labels = {r.run_key: f"{r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}" for _, r in table.iterrows()}
+key = ui.select("run", list(labels), "run", help="The run key (a hash of the config and seed); see the table above.")
+st.markdown(f"`{key}`: {labels[key]}")
+manifest, rows, problem = data.run_detail(key)
+if problem:
+    st.error(f"{problem}. `loopscope train` with its config redoes it.")
+    st.stop()
+
+cfg = manifest.get("config", {})
+model, train = cfg.get("model", {}), cfg.get("train", {})
+facts = st.columns(4)
+facts[0].metric("trained budget T", model.get("trained_loops", "?"))
+facts[1].metric("steps", manifest.get("steps", "?"))
+facts[2].metric("final loss", f"{manifest.get('final_loss', float('nan')):.4f}")
+facts[3].metric(
+    "wall time",
+    f"{manifest.get('wall_time_s', float('nan')):.1f} s",
+    help=f"Of the group of {manifest.get('group_size', '?')} seeds trained together as one batched model.",
+)
+st.caption(
+    f"width {model.get('d_model')}, {model.get('layers_per_block')} layer(s) per block, {model.get('n_heads')} heads, "
+    f"trained boundary `{model.get('boundary')}`; batch {train.get('batch_size')}, lr {train.get('lr')}; "
+    f"commit `{manifest.get('git_commit', '?')}`{' (dirty)' if manifest.get('git_dirty') else ''}, "
+    f"{manifest.get('device', '?')}, created {manifest.get('created', '?')}"
+)
+
+metric = ui.select("metric", ["accuracy", "choice_accuracy", "top_token_share"], "metric")
+curves_col, loss_col = st.columns(2)
+with curves_col:
+    st.subheader(f"{metric.replace('_', ' ')} per n, by difficulty")
+    picked = rows[rows["metric"] == metric].sort_values(["boundary", "difficulty", "eval_loops"])
+    if picked.empty:
+        st.info(f"This run has no `{metric}` rows.")
+    else:
+        chart = charts.run_chart(picked, int(model.get("trained_loops", 1)), views.METRIC_TITLES[metric])
+        caption = (
+            "One seed, no CI. Solid: evaluated in the trained mode; dashed: the other mode (the surgery). "
+            f"Chance level {charts.CHANCE:g} (dotted) for accuracy: labels are exactly balanced."
+        )
+        ui.figure(chart, picked, f"run-{key}-{metric}", caption)
+with loss_col:
+    st.subheader("Training loss")
+    curve = data.loss_curve(manifest)
+    if curve.empty:
+        st.info("The manifest holds no loss curve.")
+    else:
+        caption = f"Subsampled every {max(1, int(manifest.get('steps') or 1) // 100)} steps; one seed; log scale."
+        ui.figure(charts.loss_chart(curve), curve, f"run-{key}-loss", caption)
+
+with st.expander("manifest.json"):
+    st.code(json.dumps(manifest, indent=2, sort_keys=True), language="json")

@@ -1,0 +1,298 @@
+"""Chart builders: pure functions from tidy frames to Altair charts (no Streamlit in here).
+
+Colours are Okabe-Ito (colour-blind safe): each boundary mode keeps its colour on every page.
+Every layer is named, so tests and readers can find the CI band, the budget rule and the chance rule.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import altair as alt
+import pandas as pd
+import vl_convert
+
+MODE_COLORS = {"norm": "#0072B2", "none": "#D55E00", "norm->none": "#CC79A7"}
+STACKED_COLORS = {"norm": "#009E73", "none": "#E69F00", "norm->none": "#000000"}
+OTHER_COLORS = ("#E69F00", "#56B4E9", "#009E73", "#000000")
+MAGNITUDES = ((0.0, 0.147, "negligible"), (0.147, 0.33, "small"), (0.33, 0.474, "medium"), (0.474, 1.0, "large"))
+MAGNITUDE_SHADES = ("#ffffff", "#f2f2f2", "#e4e4e4", "#d4d4d4")
+SERIES_ORDER = ("norm", "none", "norm->none")
+CHANCE = 0.5
+WIDTH, HEIGHT = 560, 300
+N_TITLE = "inference loop count n (loop steps)"
+# fit-x: the width follows the page (Streamlit stretches it), the plot keeps its height (Streamlit's default
+# "fit" would squeeze the plot to make room for the legend and axis titles)
+AUTOSIZE = alt.AutoSizeParams(type="fit-x", contains="padding")
+X_AXES = {  # E4's x axis choice (also its URL value) -> (column, title); T is the row's trained_loops
+    "n": ("eval_loops", N_TITLE),
+    "n/T": ("overshoot_ratio", "overshoot ratio n / T (multiples of the trained budget)"),
+    "n-T": ("overshoot_diff", "overshoot difference n − T (loop steps beyond the budget)"),
+}
+INTEGER_AXES = {"eval_loops", "overshoot_diff", "refit_steps"}
+
+
+def series_label(arch: str, boundary: str, archs: Sequence[str]) -> str:
+    """`norm` when only looped models are shown; `looped, norm` / `stacked, norm` when both are."""
+    return boundary if set(archs) <= {"looped"} else f"{arch}, {boundary}"
+
+
+def color_of(label: str, i: int = 0) -> str:
+    arch, _, boundary = label.rpartition(", ")
+    palette = STACKED_COLORS if arch == "stacked" else MODE_COLORS
+    return palette.get(boundary, OTHER_COLORS[i % len(OTHER_COLORS)])
+
+
+def color_scale(labels: Sequence[str]) -> alt.Scale:
+    """Fixed colours per series, in the canonical order norm, none, norm->none (looped before stacked)."""
+
+    def rank(label: str) -> tuple:
+        arch, _, boundary = label.rpartition(", ")
+        return (arch == "stacked", SERIES_ORDER.index(boundary) if boundary in SERIES_ORDER else 9, label)
+
+    labels = sorted(dict.fromkeys(labels), key=rank)
+    return alt.Scale(domain=labels, range=[color_of(s, i) for i, s in enumerate(labels)])
+
+
+def budget_rules(T: int | float, label: str | None = None) -> pd.DataFrame:
+    """One budget rule at x = T, for `curves(budgets=...)`."""
+    return pd.DataFrame({"x": [T], "label": [label or f"trained budget T = {T:g}"]})
+
+
+def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined) -> list[alt.Chart]:
+    color = alt.Color("series:N", scale=colors, legend=None) if "series" in budgets else alt.value("#444444")
+    rule = (
+        alt.Chart(budgets)
+        .mark_rule(strokeDash=[6, 4], strokeWidth=1.5)
+        .encode(x="x:Q", color=color)
+        .properties(name="budget")
+    )
+    text = (
+        alt.Chart(budgets)
+        .mark_text(align="left", dx=4, dy=2, baseline="top", fontSize=11)
+        .encode(x="x:Q", y=alt.value(2), text="label:N", color=color)
+        .properties(name="budget-label")
+    )
+    return [rule, text]
+
+
+def _chance_layers(chance: float, label: str, x_at: float) -> list[alt.Chart]:
+    data = pd.DataFrame({"y": [chance], "x": [x_at], "label": [label]})
+    rule = alt.Chart(data).mark_rule(strokeDash=[2, 3], color="#666666").encode(y="y:Q").properties(name="chance")
+    text = (
+        alt.Chart(data)
+        .mark_text(align="right", dy=-6, fontSize=11, color="#666666")
+        .encode(x="x:Q", y="y:Q", text="label:N")
+        .properties(name="chance-label")
+    )
+    return [rule, text]
+
+
+def _reference_layers(refs: pd.DataFrame) -> list[alt.Chart]:
+    """The paper's reported figures: points where x is given, horizontal rules where it is not."""
+    layers = []
+    points, levels = refs[refs["x"].notna()], refs[refs["x"].isna()]
+    if len(points):
+        base = alt.Chart(points)
+        layers += [
+            base.mark_point(shape="diamond", size=110, filled=True, color="#000000")
+            .encode(x="x:Q", y="y:Q", tooltip=["label:N", "y:Q"])
+            .properties(name="reference"),
+            base.mark_text(align="left", dx=8, dy=-8, fontSize=11).encode(x="x:Q", y="y:Q", text="label:N"),
+        ]
+    if len(levels):
+        base = alt.Chart(levels)
+        layers += [
+            base.mark_rule(color="#000000", strokeDash=[1, 0], opacity=0.5)
+            .encode(y="y:Q", tooltip=["label:N", "y:Q"])
+            .properties(name="reference-level"),
+            base.mark_text(align="left", x=4, dy=-6, fontSize=11).encode(y="y:Q", text="label:N"),
+        ]
+    return layers
+
+
+def curves(
+    stats: pd.DataFrame,
+    x: str,
+    x_title: str,
+    y_title: str,
+    *,
+    seeds: pd.DataFrame | None = None,
+    budgets: pd.DataFrame | None = None,
+    chance: float | None = None,
+    chance_label: str = "chance 0.5",
+    references: pd.DataFrame | None = None,
+    y_domain: tuple[float, float] | None = (0.0, 1.0),
+    y_log: bool = False,
+    x_domain: tuple[float, float] | None = None,
+    legend_title: str = "mode",
+) -> alt.LayerChart:
+    """Mean per series against x with its CI band (stats: series, x, mean, ci_low, ci_high, n),
+    optional per-seed lines (seeds: series, seed, x, value), budget rule(s), chance and reference marks."""
+    colors = color_scale(stats["series"]) if len(stats) else alt.Undefined
+    scale = alt.Scale(type="log") if y_log else alt.Scale(domain=list(y_domain) if y_domain else alt.Undefined)
+    x_scale = alt.Scale(domain=list(x_domain), nice=False) if x_domain else alt.Scale(nice=False)
+    x_enc = alt.X(
+        f"{x}:Q", title=x_title, scale=x_scale, axis=alt.Axis(tickMinStep=1 if x in INTEGER_AXES else alt.Undefined)
+    )
+    # one legend, merged over the layers, drawn as solid strokes (the mean lines), not as the faint band
+    legend = alt.Legend(orient="bottom", symbolType="stroke", symbolOpacity=1, symbolStrokeWidth=3, symbolSize=300)
+    color = alt.Color("series:N", title=legend_title, scale=colors, legend=legend if len(stats) else None)
+    base = alt.Chart(stats).encode(x=x_enc, color=color)
+    tooltip = [
+        alt.Tooltip("series:N", title=legend_title),
+        alt.Tooltip(f"{x}:Q", title=x),
+        alt.Tooltip("mean:Q", format=".3f"),
+        alt.Tooltip("ci_low:Q", format=".3f", title="95% CI low"),
+        alt.Tooltip("ci_high:Q", format=".3f", title="95% CI high"),
+        alt.Tooltip("n:Q", title="seeds"),
+    ]
+    # stacked models dashed; the colour legend already names the architecture
+    dash = alt.StrokeDash("arch:N", legend=None) if "arch" in stats and stats["arch"].nunique() > 1 else None
+    layers = [
+        base.mark_area(opacity=0.18)
+        .encode(y=alt.Y("ci_low:Q", scale=scale, title=y_title), y2="ci_high:Q")
+        # the band is the 95% CI from engine.stats (bootstrap over seeds), not Altair's own aggregate
+        .properties(name="ci-band"),
+    ]
+    if seeds is not None and len(seeds):
+        layers.append(
+            alt.Chart(seeds)
+            .mark_line(opacity=0.35, strokeWidth=1)
+            .encode(x=x_enc, y=alt.Y("value:Q", scale=scale), color=color, detail="seed:N")
+            .properties(name="seeds")
+        )
+    mean = base.mark_line(point=True, strokeWidth=2.5).encode(y=alt.Y("mean:Q", scale=scale), tooltip=tooltip)
+    layers.append((mean.encode(strokeDash=dash) if dash else mean).properties(name="mean"))
+    if budgets is not None and len(budgets):
+        layers += _budget_layers(budgets, colors)
+    if chance is not None:
+        x_right = x_domain[1] if x_domain else (stats[x].max() if len(stats) else 1)
+        layers += _chance_layers(chance, chance_label, x_right)
+    if references is not None and len(references):
+        layers += _reference_layers(references)
+    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE).resolve_scale(color="shared")
+
+
+def delta_chart(
+    summary: pd.DataFrame,
+    x: str,
+    x_title: str,
+    budgets: pd.DataFrame | None = None,
+    y_title: str = "Cliff's δ, none vs norm",
+    height: int = 220,
+) -> alt.LayerChart:
+    """Cliff's delta (none vs norm) per x with its CI, over shaded magnitude bands (0.147 / 0.33 / 0.474)."""
+    bands = pd.DataFrame(
+        [(sign * lo, sign * hi, name) for lo, hi, name in MAGNITUDES for sign in (1, -1)],
+        columns=["y", "y2", "magnitude"],
+    )
+    names = [m[2] for m in MAGNITUDES]
+    layers = [
+        alt.Chart(bands)
+        .mark_rect(opacity=0.9)
+        .encode(
+            y=alt.Y("y:Q", scale=alt.Scale(domain=[-1, 1]), title=y_title),
+            y2="y2:Q",
+            fill=alt.Fill(
+                "magnitude:N",
+                scale=alt.Scale(domain=names, range=list(MAGNITUDE_SHADES)),
+                title="|δ| magnitude",
+                legend=alt.Legend(orient="bottom", symbolStrokeColor="#999999", symbolStrokeWidth=0.5),
+            ),
+        )
+        .properties(name="magnitude-bands"),
+        alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y="y:Q"),
+    ]
+    domain = [float(summary[x].min()), float(summary[x].max())] if len(summary) else alt.Undefined
+    axis = alt.Axis(tickMinStep=1 if x in INTEGER_AXES else alt.Undefined)
+    base = alt.Chart(summary).encode(x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=domain), axis=axis))
+    layers += [
+        base.mark_rule(strokeWidth=1.5, color="#333333", opacity=0.6)
+        .encode(y="delta_ci_low:Q", y2="delta_ci_high:Q")
+        .properties(name="delta-ci"),
+        base.mark_point(filled=True, size=60, color="#333333")
+        .encode(
+            y="delta:Q",
+            tooltip=[
+                alt.Tooltip(f"{x}:Q"),
+                alt.Tooltip("delta:Q", format="+.3f", title="Cliff's δ"),
+                alt.Tooltip("delta_ci_low:Q", format="+.3f", title="95% CI low"),
+                alt.Tooltip("delta_ci_high:Q", format="+.3f", title="95% CI high"),
+                alt.Tooltip("magnitude:N"),
+                alt.Tooltip("p_value:Q", format=".3g", title="Mann-Whitney p"),
+            ],
+        )
+        .properties(name="delta"),
+    ]
+    if budgets is not None and len(budgets):
+        layers += _budget_layers(budgets)
+    return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
+
+
+def loss_chart(curve: pd.DataFrame) -> alt.Chart:
+    """Training loss per step (the manifest's subsampled curve), log scale."""
+    return (
+        alt.Chart(curve)
+        .mark_line(color="#0072B2")
+        .encode(
+            x=alt.X("step:Q", title="training step"),
+            y=alt.Y("loss:Q", scale=alt.Scale(type="log"), title="training loss (cross-entropy, nats)"),
+            tooltip=["step:Q", alt.Tooltip("loss:Q", format=".4f")],
+        )
+        .properties(width=WIDTH, height=HEIGHT, name="loss", autosize=AUTOSIZE)
+    )
+
+
+def run_chart(rows: pd.DataFrame, T: int, y_title: str) -> alt.LayerChart:
+    """One run: the metric against n, one line per difficulty (viridis), dashed for the surgery mode."""
+    lines = (
+        alt.Chart(rows)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("eval_loops:Q", title=N_TITLE, axis=alt.Axis(tickMinStep=1)),
+            y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("difficulty:O", scale=alt.Scale(scheme="viridis"), legend=alt.Legend(orient="right")),
+            strokeDash=alt.StrokeDash(
+                "boundary:N", title="evaluated as", legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2)
+            ),
+            tooltip=["boundary:N", "difficulty:O", "eval_loops:Q", alt.Tooltip("value:Q", format=".3f")],
+        )
+        .properties(name="run")
+    )
+    layers = [lines, *_budget_layers(budget_rules(T)), *_chance_layers(CHANCE, "chance 0.5", rows["eval_loops"].max())]
+    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE)
+
+
+def caption(n_seeds: Sequence[int] | int, methods: Sequence[str], chance: float | None = CHANCE, what: str = "") -> str:
+    """The sentence under every figure: n (seeds), the CI method, and the chance level."""
+    n = n_seeds if isinstance(n_seeds, int) else len(set(n_seeds))
+    counts = pd.Series(list(methods)).value_counts()
+    used = ", ".join(f"{m} {c}" for m, c in counts.items()) or "none"
+    text = (
+        f"{what}Mean over n = {n} seed{'s' if n != 1 else ''} per series; band: 95% bootstrap CI over seeds "
+        f"(scipy BCa, percentile fallback where BCa is undefined; 'degenerate' = all seeds equal, no band). "
+        f"Intervals drawn: {used}."
+    )
+    if chance is not None:
+        text += f" Chance level {chance:g} (dotted): labels are exactly balanced."
+    return text
+
+
+# ---------------------------------------------------------------- export
+
+
+@functools.lru_cache(maxsize=64)
+def _export(spec: str, fmt: str) -> bytes:
+    if fmt == "png":
+        return vl_convert.vegalite_to_png(spec, scale=2)
+    return vl_convert.vegalite_to_svg(spec).encode()
+
+
+def to_png(chart: alt.TopLevelMixin) -> bytes:
+    return _export(chart.to_json(), "png")
+
+
+def to_svg(chart: alt.TopLevelMixin) -> bytes:
+    return _export(chart.to_json(), "svg")
