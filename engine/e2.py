@@ -11,7 +11,6 @@ from __future__ import annotations
 import pandas as pd
 
 from engine import stats
-from engine.experiments import collect, ensure_runs, ensure_surgery, seed_means, with_range
 from engine.model import BOUNDARIES
 from engine.presets import preset
 from engine.store import Store
@@ -24,6 +23,8 @@ def run(
     preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True
 ) -> pd.DataFrame:
     """Train, evaluate and store what is missing; write the e2 table; return its rows."""
+    from engine.experiments import collect, ensure_runs, ensure_surgery  # training code: only when running
+
     keys = []
     for task in tasks:
         by_mode = {}
@@ -43,8 +44,10 @@ def train_ranges(preset_name: str, tasks) -> dict[str, tuple[int, ...]]:
 
 def summarize(rows: pd.DataFrame, preset_name: str) -> pd.DataFrame:
     """Per (task, range, n): each mode's mean accuracy with CI, delta (none - norm) with CI, p."""
-    rows = with_range(rows, train_ranges(preset_name, rows["task"].unique()))
-    acc = seed_means(rows[rows["boundary"].isin(BOUNDARIES)], "accuracy", ["task", "range", "eval_loops", "boundary"])
+    rows = stats.with_range(rows, train_ranges(preset_name, rows["task"].unique()))
+    acc = stats.seed_means(
+        rows[rows["boundary"].isin(BOUNDARIES)], "accuracy", ["task", "range", "eval_loops", "boundary"]
+    )
     summary = stats.summarize_modes(acc, group_cols=("task", "range", "eval_loops"), a="norm", b="none")
     surgery = surgery_summary(rows)
     return summary.merge(surgery, on=["task", "range", "eval_loops"], how="left")
@@ -56,8 +59,8 @@ def surgery_summary(rows: pd.DataFrame) -> pd.DataFrame:
     if cut.empty:
         return pd.DataFrame(columns=["task", "range", "eval_loops"])
     by = ["task", "range", "eval_loops"]
-    acc = seed_means(cut, "accuracy", by).groupby(by)["value"].mean().rename("surgery_acc")
-    share = seed_means(cut, "top_token_share", by).groupby(by)["value"].mean().rename("surgery_top_share")
+    acc = stats.seed_means(cut, "accuracy", by).groupby(by)["value"].mean().rename("surgery_acc")
+    share = stats.seed_means(cut, "top_token_share", by).groupby(by)["value"].mean().rename("surgery_top_share")
     # state-norm growth: max/min of the state norm over steps 1..n, per seed and difficulty, worst case
     norms = cut[cut["metric"] == "norm_post"].sort_values("eval_loops")
     grouped = norms.groupby(["task", "range", "seed", "difficulty"])["value"]

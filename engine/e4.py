@@ -15,7 +15,6 @@ from __future__ import annotations
 import pandas as pd
 
 from engine import stats
-from engine.experiments import collect, ensure_runs, ensure_surgery, seed_means
 from engine.model import BOUNDARIES
 from engine.presets import preset
 from engine.store import Store
@@ -28,6 +27,8 @@ def run(
     preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True
 ) -> pd.DataFrame:
     """Stacked models (new) beside E2's looped ones (reused from the cache); writes the e4 table."""
+    from engine.experiments import collect, ensure_runs, ensure_surgery  # training code: only when running
+
     keys = []
     for task in tasks:
         for boundary in BOUNDARIES:  # E2's looped models, trained if E2 has not run yet
@@ -58,7 +59,7 @@ def compare(rows: pd.DataFrame, axis: str = "n", metric: str = "accuracy") -> pd
         raise ValueError(f"axis must be one of {', '.join(AXES)}, got {axis!r}.")
     rows = with_overshoot(rows[rows["metric"] == metric])
     rows = rows[rows["mode"].isin(BOUNDARIES)].assign(x=rows["eval_loops"] if axis == "n" else rows[axis])
-    per_seed = seed_means(rows, metric, ["task", "mode", "x", "arch"])
+    per_seed = stats.seed_means(rows, metric, ["task", "mode", "x", "arch"])
     both = per_seed.groupby(["task", "mode", "x"])["arch"].transform("nunique") == 2  # x where both exist
     summary = stats.summarize_modes(
         per_seed[both], group_cols=("task", "mode", "x"), mode_col="arch", a="stacked", b="looped"

@@ -116,18 +116,6 @@ def extend_eval(
 # ---------------------------------------------------------------- named experiments
 
 
-def with_range(rows: pd.DataFrame, train_difficulties: dict[str, tuple[int, ...]]) -> pd.DataFrame:
-    """Mark each row's difficulty as inside or beyond its task's training range."""
-    inside = [d in train_difficulties[t] for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
-    return rows.assign(range=pd.Series(inside, index=rows.index).map({True: "in-range", False: "beyond"}))
-
-
-def seed_means(rows: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
-    """One value per seed and group: the metric averaged over the difficulties of the group."""
-    picked = rows[rows["metric"] == metric]
-    return picked.groupby([*by, "seed"], as_index=False)["value"].mean()
-
-
 def ensure_surgery(store: Store, keys: list[str], loops: int, experiment: str, device: str, progress: bool) -> None:
     """Evaluate norm-trained runs in none mode (`norm->none` rows) where that is not cached yet."""
     missing = []

@@ -22,7 +22,9 @@ __all__ = [
     "delta_magnitude",
     "mann_whitney_p",
     "mean_ci",
+    "seed_means",
     "summarize_modes",
+    "with_range",
 ]
 
 # Romano et al. (2006) thresholds; each upper bound is exclusive (|d| == 0.147 -> "small").
@@ -194,3 +196,15 @@ def summarize_modes(
             + (mann_whitney_p(xb, xa), method)
         )
     return pd.DataFrame(rows, columns=[*keys, *SUMMARY_COLUMNS])
+
+
+def with_range(rows: pd.DataFrame, train_difficulties: dict[str, tuple[int, ...]]) -> pd.DataFrame:
+    """Mark each row's difficulty as inside or beyond its task's training range."""
+    inside = [d in train_difficulties[t] for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
+    return rows.assign(range=pd.Series(inside, index=rows.index).map({True: "in-range", False: "beyond"}))
+
+
+def seed_means(rows: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
+    """One value per seed and group: the metric averaged over the difficulties of the group."""
+    picked = rows[rows["metric"] == metric]
+    return picked.groupby([*by, "seed"], as_index=False)["value"].mean()
