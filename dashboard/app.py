@@ -8,21 +8,28 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout
 
 from dashboard.data import results_root  # noqa: E402  (after the path fix above)
+from engine import jobs  # noqa: E402
+
+PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app.py runs this file from the root
 
 st.set_page_config(page_title="loopscope", page_icon=":material/autorenew:", layout="wide")
+jobs.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
 pages = {
     "Results": [
-        st.Page("app_pages/overview.py", title="Overview", icon=":material/fact_check:", default=True),
-        st.Page("app_pages/accuracy.py", title="Accuracy vs depth", icon=":material/show_chart:"),
-        st.Page("app_pages/norms.py", title="Norm trajectories", icon=":material/stacked_line_chart:"),
-        st.Page("app_pages/refit.py", title="Readout refit (E3)", icon=":material/tune:"),
-        st.Page("app_pages/stacked.py", title="Looped vs stacked (E4)", icon=":material/layers:"),
-        st.Page("app_pages/ouro.py", title="Ouro (E1)", icon=":material/public:"),
+        st.Page(PAGES / "overview.py", title="Overview", icon=":material/fact_check:", default=True),
+        st.Page(PAGES / "accuracy.py", title="Accuracy vs depth", icon=":material/show_chart:"),
+        st.Page(PAGES / "norms.py", title="Norm trajectories", icon=":material/stacked_line_chart:"),
+        st.Page(PAGES / "refit.py", title="Readout refit (E3)", icon=":material/tune:"),
+        st.Page(PAGES / "stacked.py", title="Looped vs stacked (E4)", icon=":material/layers:"),
+        st.Page(PAGES / "ouro.py", title="Ouro (E1)", icon=":material/public:"),
     ],
-    "Provenance": [st.Page("app_pages/runs.py", title="Runs", icon=":material/table:")],
+    "Provenance": [st.Page(PAGES / "runs.py", title="Runs", icon=":material/table:")],
+    "Live": [st.Page(PAGES / "run.py", title="Run", icon=":material/play_circle:")],
 }
 page = st.navigation(pages)
 st.sidebar.caption(f"Results folder: `{results_root()}` (set `LOOPSCOPE_RESULTS` to change it).")
+if jobs.read_only():
+    st.sidebar.caption("Read-only: this copy shows results and runs nothing.")
 try:
     page.run()
 except Exception as e:  # last resort: a message, never a traceback (Streamlit's rerun/stop are BaseExceptions)

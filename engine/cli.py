@@ -18,6 +18,7 @@ import pandas as pd
 from engine.presets import PRESETS, RunConfig, preset
 
 DEFAULT_RESULTS = "cached_results"
+BACKEND_HELP = "local (default): this process; ray: seed groups as Ray tasks ($RAY_ADDRESS or a local Ray)"
 
 
 class UsageError(Exception):
@@ -116,13 +117,31 @@ def accuracy_table(rows: pd.DataFrame) -> str:
 # ---------------------------------------------------------------- commands
 
 
+def ray_fan_out(args, units, store, group_size: int) -> str:
+    """--backend ray: train the units as Ray tasks first (each worker resolves --device on its own); the
+    command then finds them cached. Returns the device for what remains here (this machine may lack CUDA)."""
+    try:
+        import ray  # noqa: F401
+
+        from engine.fanout import fan_out
+    except ImportError:
+        raise UsageError("--backend ray needs Ray: pip install 'loopscope[ray]' (or 'ray[default]').") from None
+    fan_out(units, store, args.device, group_size)
+    from engine.train import resolve_device
+
+    return "cpu" if args.device == "cpu" else resolve_device("auto")
+
+
 def cmd_train(args) -> int:
     cfg = load_config(args)
     seeds = parse_seeds(args.seeds)
     from engine.experiments import ensure_runs
 
-    device = device_of(args)
     store = open_store(args)
+    if args.backend == "ray":
+        device = ray_fan_out(args, [(cfg, seeds, "train")], store, args.group_size)
+    else:
+        device = device_of(args)
     keys = ensure_runs(cfg, seeds, store, experiment="train", device=device, group_size=args.group_size)
     rows = pd.concat([store.load_rows(k) for k in keys])
     print(accuracy_table(rows))
@@ -158,10 +177,47 @@ def cmd_run(args) -> int:
     unknown = sorted(set(tasks) - set(module.TASKS))
     if unknown:
         raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(module.TASKS)}.")
-    device = device_of(args)
     store = open_store(args)
+    if args.backend == "ray":
+        from engine.fanout import experiment_units
+
+        units = [(cfg, seeds, label) for cfg, label in experiment_units(args.experiment, args.preset, tasks)]
+        device = ray_fan_out(args, units, store, group_size=16)
+    else:
+        device = device_of(args)
     rows = module.run(args.preset, seeds, store, device, tasks)
     print(module.report(rows, args.preset))
+    return 0
+
+
+def check_repo(repo: str) -> None:
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        raise UsageError(f"--repo {repo!r} is not a Hugging Face repo id; write it ORG/NAME.")
+
+
+def cmd_push(args) -> int:
+    from engine import share
+
+    check_repo(args.repo)
+    root = results_dir(args)
+    try:
+        count = share.push(root, args.repo, checkpoints=args.checkpoints, private=args.private)
+    except (share.HubUnavailable, FileNotFoundError) as e:
+        raise UsageError(str(e)) from None
+    print(f"pushed {count} files from {root} to https://huggingface.co/datasets/{args.repo}")
+    return 0
+
+
+def cmd_pull(args) -> int:
+    from engine import share
+
+    check_repo(args.repo)
+    store = open_store(args)
+    try:
+        share.pull(store.root, args.repo, checkpoints=args.checkpoints)
+    except share.HubUnavailable as e:
+        raise UsageError(str(e)) from None
+    print(f"pulled {args.repo} into {store.root}; view it with: loopscope dashboard --results {store.root}")
     return 0
 
 
@@ -252,6 +308,7 @@ def build_parser() -> Parser:
     p.add_argument("--seeds", default="1", help="a count (16 = seeds 0..15), a range 0-15 or a list 0,3,7")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--group-size", type=int, default=16, help="seeds trained together in one process")
+    p.add_argument("--backend", default="local", choices=["local", "ray"], help=BACKEND_HELP)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", parents=[common], help="evaluate cached runs at more loop counts or in the other mode")
@@ -267,7 +324,16 @@ def build_parser() -> Parser:
     p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
     p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--backend", default="local", choices=["local", "ray"], help=BACKEND_HELP)
     p.set_defaults(func=cmd_run)
+
+    for name, verb in (("push", "upload results to"), ("pull", "download results from")):
+        p = sub.add_parser(name, parents=[common], help=f"{verb} a Hugging Face dataset repo")
+        p.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo")
+        p.add_argument("--checkpoints", action="store_true", help="include the weights (*.safetensors)")
+        if name == "push":
+            p.add_argument("--private", action="store_true", help="create the repo private")
+        p.set_defaults(func=cmd_push if name == "push" else cmd_pull)
 
     p = sub.add_parser("ouro", parents=[common], help="E1: probe released Ouro weights with and without the norm")
     p.add_argument("--model", default="ByteDance/Ouro-1.4B", help="a Hugging Face id or a local checkpoint folder")

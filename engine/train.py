@@ -9,18 +9,24 @@ update does not see its neighbours either.
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save as save_safetensors
 from tqdm.auto import tqdm
 
 from engine import tasks
 from engine.model import LoopedLM, build
 from engine.presets import RunConfig
+from engine.store import atomic_write
 
 
 @dataclass
@@ -29,6 +35,7 @@ class TrainResult:
     losses: torch.Tensor  # (steps, S) training loss of each member at each step
     wall_s: float
     device: str
+    resumed_from: int = 0  # the step a checkpoint had reached (0: trained from scratch)
 
 
 def resolve_device(device: str) -> str:
@@ -77,7 +84,70 @@ def clip_per_member(params: list[torch.nn.Parameter], max_norm: float) -> torch.
     return norms
 
 
-def train_group(cfg: RunConfig, seeds: list[int], device: str = "cpu", progress: bool = True) -> TrainResult:
+# ---------------------------------------------------------------- checkpoints: resume after a crash
+
+
+def save_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], done: int, model, opt, sched, generators, losses):
+    """Everything the next step depends on, in one safetensors file written atomically: weights, AdamW
+    moments, every seed's data generator and the losses so far as tensors; the step, the optimizer's
+    hyperparameters and the scheduler's counters as JSON in the header. No pickle."""
+    opt_state = opt.state_dict()
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors |= {f"opt.{i}.{name}": v for i, s in opt_state["state"].items() for name, v in s.items()}
+    tensors |= {f"generator.{i}": g.get_state() for i, g in enumerate(generators)}
+    tensors["losses"] = losses[:done]
+    meta = {
+        "step": done,
+        "config": cfg.to_dict(),
+        "seeds": list(seeds),
+        "param_groups": opt_state["param_groups"],
+        "scheduler": sched.state_dict(),
+    }
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, save_safetensors(tensors, metadata={"loopscope": json.dumps(meta)}))
+
+
+def load_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], model, opt, sched, generators, losses) -> int:
+    """Restore a checkpoint of this very config and seed group in place; return its step (0 if none fits)."""
+    if not path.is_file():
+        return 0
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["loopscope"])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # unreadable: train from scratch rather than fail
+        print(f"loopscope: checkpoint {path} is unreadable ({type(e).__name__}); starting at step 0.", file=sys.stderr)
+        return 0
+    if meta["config"] != json.loads(json.dumps(cfg.to_dict())) or meta["seeds"] != list(seeds):
+        return 0  # another run's checkpoint (a hash collision or a hand-copied file): not ours to resume
+    model.load_state_dict({k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")})
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, i, name = k.split(".", 2)
+            state.setdefault(int(i), {})[name] = v
+    groups = [dict(g, betas=tuple(g["betas"])) for g in meta["param_groups"]]
+    opt.load_state_dict({"state": state, "param_groups": groups})
+    sched.load_state_dict(meta["scheduler"])
+    for i, g in enumerate(generators):
+        g.set_state(tensors[f"generator.{i}"])
+    done = meta["step"]
+    losses[:done] = tensors["losses"]
+    return done
+
+
+def train_group(
+    cfg: RunConfig,
+    seeds: list[int],
+    device: str = "cpu",
+    progress: bool = True,
+    checkpoint_path: Path | None = None,
+    checkpoint_every: int = 0,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> TrainResult:
+    """Train one group of seeds. With checkpoint_path, resume from it if it holds this run, and save it
+    every checkpoint_every steps; on_step(steps done, total steps, mean loss) is called after each step."""
     device = resolve_device(device)
     t0 = time.perf_counter()
     model = build(cfg.model, seeds).to(device)
@@ -96,8 +166,11 @@ def train_group(cfg: RunConfig, seeds: list[int], device: str = "cpu", progress:
     params = list(model.parameters())
     losses = torch.empty(t.steps, len(seeds))
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
+    start = 0
+    if checkpoint_path is not None:
+        start = load_checkpoint(Path(checkpoint_path), cfg, seeds, model, opt, sched, generators, losses)
 
-    bar = tqdm(range(t.steps), desc=f"train {cfg.task.name} x{len(seeds)} seeds", disable=not progress)
+    bar = tqdm(range(start, t.steps), desc=f"train {cfg.task.name} x{len(seeds)} seeds", disable=not progress)
     for step in bar:
         batches = [tasks.sample(cfg.task, schedule[step], t.batch_size, g) for g in generators]
         tokens = torch.stack([b.tokens for b in batches]).to(device, non_blocking=True)
@@ -113,4 +186,9 @@ def train_group(cfg: RunConfig, seeds: list[int], device: str = "cpu", progress:
         losses[step] = loss.detach().float().cpu()
         if step % 50 == 0 or step == t.steps - 1:
             bar.set_postfix(loss=f"{losses[step].mean():.4f}")
-    return TrainResult(model.cpu(), losses, time.perf_counter() - t0, device)
+        done = step + 1
+        if checkpoint_path is not None and checkpoint_every > 0 and done % checkpoint_every == 0 and done < t.steps:
+            save_checkpoint(Path(checkpoint_path), cfg, seeds, done, model, opt, sched, generators, losses)
+        if on_step is not None:
+            on_step(done, t.steps, float(losses[step].mean()))
+    return TrainResult(model.cpu(), losses, time.perf_counter() - t0, device, start)

@@ -114,3 +114,23 @@ def test_deep_link_widget_change_downloads_and_screenshot(server, browser, tmp_p
     shutil.copyfile(shot, SCREENSHOT)
     assert shot.stat().st_size > 10_000
     page.close()
+
+
+def test_run_page_submit_polls_progress_and_cancels(server, browser):
+    """A job submitted from the Run page shows live progress (the fragment polls the job file) and cancels."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.set_default_timeout(60_000)
+    page.goto(f"{server}/run")
+    page.get_by_role("heading", name="Run", exact=True).wait_for()
+    seeds = page.get_by_label("seeds", exact=True).and_(page.get_by_role("textbox"))
+    seeds.fill("1")
+    seeds.press("Enter")
+    steps = page.get_by_label("steps", exact=True).and_(page.get_by_role("spinbutton"))
+    steps.fill("5000")  # not the cached 300-step run: this one trains (and is cancelled long before the end)
+    steps.press("Enter")
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_text(re.compile(r"Job \w+ submitted")).wait_for()
+    page.get_by_text(re.compile(r"step \d+ of 5000")).wait_for()  # no click needed: the page polls
+    page.get_by_role("button", name="Cancel").click()
+    page.get_by_text(re.compile(r"^cancelled; submit again")).wait_for()
+    page.close()

@@ -3,6 +3,7 @@ without a traceback; deep links restore widgets; the chart builders draw what th
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import charts
-from engine import e2
+from engine import e2, jobs
 from engine.store import Store
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
@@ -207,6 +208,74 @@ def test_a_rewritten_table_is_read_again(monkeypatch, results, tmp_path):
     (root / "e2-smoke.parquet").write_bytes(b"truncated")
     at = render(monkeypatch, root, "accuracy")
     assert "could not be read" in at.error[0].value
+
+
+# ---------------------------------------------------------------- the Run page and live jobs (engine.jobs)
+
+
+@pytest.fixture
+def writable(monkeypatch):
+    monkeypatch.delenv("LOOPSCOPE_READ_ONLY", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers these tests start
+
+
+def test_run_page_submits_a_training_that_then_appears_among_the_runs(monkeypatch, tmp_path, writable):
+    root = tmp_path / "results"
+    at = render(monkeypatch, root, "run")
+    at.number_input(key="run_steps").set_value(20)
+    at.text_input(key="run_seeds").set_value("1")
+    at.button(key="submit").click().run()
+    assert "submitted" in at.success[0].value
+    (job,) = jobs.list_jobs(root)
+    assert jobs.wait(job.job_id, root, timeout_s=120).state == "done"
+    at.run()
+    assert "**done**" in " ".join(m.value for m in at.markdown)
+    at.switch_page("app_pages/runs.py").run()
+    assert at.dataframe[0].value.shape[0] == 1
+
+
+def test_runs_page_evaluates_a_run_at_more_loop_counts(monkeypatch, results, tmp_path, writable):
+    root = tmp_path / "copy"
+    shutil.copytree(results, root)
+    at = render(monkeypatch, root, "runs")
+    key = at.selectbox(key="run").value
+    at.number_input(key="more_loops").set_value(12)
+    at.button(key="more_submit").click().run()
+    assert "submitted" in at.success[0].value
+    (job,) = jobs.list_jobs(root)
+    done = jobs.wait(job.job_id, root, timeout_s=120)
+    assert done.state == "done", done.message
+    assert Store(root).load_rows(key)["eval_loops"].max() == 12, (done, key)
+    table = pd.read_parquet(root / "e2-smoke.parquet")
+    assert table.loc[table["run_key"] == key, "eval_loops"].max() == 12  # the figures read this table
+    render(monkeypatch, root, "accuracy")
+
+
+def test_read_only_hides_every_trigger(monkeypatch, results):
+    monkeypatch.setenv("LOOPSCOPE_READ_ONLY", "1")
+    at = render(monkeypatch, results, "run")
+    assert "Read-only" in at.info[0].value
+    assert not [b for b in at.button if b.key in ("submit", "more_submit")]
+    at = render(monkeypatch, results, "runs")
+    assert not [b for b in at.button if b.key == "more_submit"]
+
+
+def test_the_community_cloud_entry_file_runs_the_dashboard_read_only(monkeypatch, results):
+    monkeypatch.setenv("LOOPSCOPE_READ_ONLY", "")
+    monkeypatch.delenv("LOOPSCOPE_READ_ONLY")  # recorded, so teardown removes what streamlit_app.py sets
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(results))
+    at = AppTest.from_file(str(Path(APP).parents[1] / "streamlit_app.py"), default_timeout=60).run()
+    assert not at.exception and not at.error
+    assert len(at.get("page_link")) == 4 + 3  # the overview's links resolve from the repository root too
+    assert os.environ["LOOPSCOPE_READ_ONLY"] == "1"
+    assert any("Read-only" in c.value for c in at.sidebar.caption)
+
+
+def test_run_page_reports_a_corrupt_job_file(monkeypatch, tmp_path, writable):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "0123456789abcdef.json").write_text('{"state": ')
+    at = render(monkeypatch, tmp_path, "run")
+    assert "is not a job file" in at.warning[0].value
 
 
 # ---------------------------------------------------------------- chart specs

@@ -1,10 +1,13 @@
 """Each claim of the paper as a card: the paper's figure, the measured one, the scale, a verdict, a link."""
 
+from pathlib import Path
+
 import streamlit as st
 
 from dashboard import data, ui
 
-ACCURACY, NORMS = "app_pages/accuracy.py", "app_pages/norms.py"
+PAGES = Path(__file__).resolve().parent
+ACCURACY, NORMS = PAGES / "accuracy.py", PAGES / "norms.py"
 PENDING = [  # experiments whose claims are stated here until the engine reports them
     {
         "experiment": "e3",
@@ -13,7 +16,7 @@ PENDING = [  # experiments whose claims are stated here until the engine reports
         "a third and plateaus, refitting the head with the block's last layer recovers all of it.",
         "paper": "recovery: head ≈ 1/3 (plateau); head + last layer ≈ 1",
         "command": "loopscope run e3 --preset cpu",
-        "page": "app_pages/refit.py",
+        "page": PAGES / "refit.py",
     },
     {
         "experiment": "e4",
@@ -22,7 +25,7 @@ PENDING = [  # experiments whose claims are stated here until the engine reports
         "of looping vanishes on one task and shrinks on the other.",
         "paper": "at matched n / T: advantage gone on one task, smaller on the other",
         "command": "loopscope run e4 --preset cpu",
-        "page": "app_pages/stacked.py",
+        "page": PAGES / "stacked.py",
     },
     {
         "experiment": "e1",
@@ -31,7 +34,7 @@ PENDING = [  # experiments whose claims are stated here until the engine reports
         "while the state norm stays within a factor 2.021 and the head commits to one token.",
         "paper": "accuracy 0.000 at n = T = 4 (both models); norm ratio ≤ 2.021×",
         "command": "loopscope ouro --model ByteDance/Ouro-1.4B ...",
-        "page": "app_pages/ouro.py",
+        "page": PAGES / "ouro.py",
     },
 ]
 VERDICTS = {

@@ -1,10 +1,12 @@
 """Every cached run with its provenance; one run's curves (accuracy per n and difficulty, training loss)."""
 
 import json
+from pathlib import Path
 
 import streamlit as st
 
 from dashboard import charts, data, ui, views
+from engine import jobs
 
 st.title("Cached runs")
 table, problems = data.runs()
@@ -77,6 +79,24 @@ with loss_col:
     else:
         caption = f"Subsampled every {max(1, int(manifest.get('steps') or 1) // 100)} steps; one seed; log scale."
         ui.figure(charts.loss_chart(curve), curve, f"run-{key}-loss", caption)
+
+if not jobs.read_only():
+    with st.expander("Evaluate at more loop counts", icon=":material/add_chart:"):
+        have, cap = int(rows["eval_loops"].max()) if len(rows) else 0, jobs.caps()["max_loops"]
+        left, right = st.columns(2)
+        loops = left.number_input("evaluate at n = 1..", 1, cap, max(1, min(2 * have, cap)), key="more_loops")
+        mode = right.selectbox("run in mode", ["trained", "norm", "none"], key="more_mode")
+        st.caption(f"Evaluated so far at n = 1..{have}. A background job loads this run's weights; no retraining.")
+        if st.button("Evaluate", key="more_submit", icon=":material/play_arrow:"):
+            spec = jobs.EvalSpec(key, int(loops), None if mode == "trained" else mode)
+            try:
+                job = jobs.submit(spec, data.results_root())
+                st.success(f"Job `{job}` submitted; the Run page shows its progress.")
+                st.page_link(
+                    Path(__file__).parent / "run.py", label="Open the Run page", icon=":material/arrow_forward:"
+                )
+            except (jobs.Refused, ValueError) as e:
+                st.error(str(e))
 
 with st.expander("manifest.json"):
     st.code(json.dumps(manifest, indent=2, sort_keys=True), language="json")

@@ -1,0 +1,144 @@
+"""Run: train seeds, run an experiment, or evaluate a run at more loop counts, in a background worker
+(engine.jobs). Progress is read from the job files, so it survives reruns, closed tabs and other sessions;
+finished results land in the results folder, where every page's cache sees them change."""
+
+import math
+from dataclasses import replace
+
+import streamlit as st
+
+from dashboard import data
+from engine import jobs
+from engine.cli import UsageError, parse_seeds
+from engine.presets import PRESETS, preset
+
+KINDS = {"train": "train seeds", "e2": "E2", "e3": "E3", "e4": "E4", "evaluate": "evaluate a run"}
+STATE_ICONS = {
+    "queued": ":material/schedule:", "running": ":material/autorenew:", "done": ":material/check_circle:",
+    "failed": ":material/error:", "cancelled": ":material/cancel:", "lost": ":material/help:",
+    "corrupt": ":material/warning:", "missing": ":material/help:",
+}  # fmt: skip
+
+root = data.results_root()
+cap = jobs.caps()
+st.title("Run")
+
+
+def seeds_input() -> list[int] | None:
+    text = st.text_input("seeds", "0-1", key="run_seeds", help="A count (2 = seeds 0, 1), a range 0-3 or a list 0,5.")
+    try:
+        seeds = parse_seeds(text)
+    except UsageError as e:
+        st.error(str(e).replace("--seeds", "seeds"))
+        return None
+    if len(seeds) > cap["max_seeds"]:
+        st.error(f"{len(seeds)} seeds is over this deployment's cap of {cap['max_seeds']} (LOOPSCOPE_MAX_SEEDS).")
+        return None
+    return seeds
+
+
+def train_spec() -> jobs.Spec | None:
+    left, mid, right = st.columns(3)
+    name = left.selectbox("preset", list(PRESETS), key="run_preset")
+    task = mid.selectbox("task", ["parity", "chain"], key="run_task")
+    boundary = right.selectbox("trained boundary", ["norm", "none"], key="run_boundary")
+    cfg = preset(name, task, boundary, left.selectbox("arch", ["looped", "stacked"], key="run_arch"))
+    steps = mid.number_input("steps", 1, cap["max_steps"], min(cfg.train.steps, cap["max_steps"]), key="run_steps")
+    loops = right.number_input(
+        "evaluate at n = 1..", 1, cap["max_loops"], min(cfg.eval_loops, cap["max_loops"]), key="run_loops"
+    )
+    seeds = seeds_input()
+    if seeds is None:
+        return None
+    cfg = replace(cfg, train=replace(cfg.train, steps=int(steps)), eval_loops=int(loops))
+    return jobs.TrainSpec(cfg, tuple(seeds))
+
+
+def experiment_spec(experiment: str) -> jobs.Spec | None:
+    left, right = st.columns(2)
+    name = left.selectbox("preset", list(PRESETS), key="run_preset")
+    tasks = right.pills("tasks", ["parity", "chain"], selection_mode="multi", default=["parity"], key="run_tasks")
+    cfg = preset(name)
+    st.caption(f"The {name} preset: {cfg.train.steps} steps per training, evaluated at n = 1..{cfg.eval_loops}.")
+    seeds = seeds_input()
+    if cfg.train.steps > cap["max_steps"] or cfg.eval_loops > cap["max_loops"]:
+        st.error(f"The {name} preset is over this deployment's caps (LOOPSCOPE_MAX_STEPS, LOOPSCOPE_MAX_LOOPS).")
+        return None
+    if not tasks:
+        st.error("Pick at least one task.")
+        return None
+    return None if seeds is None else jobs.ExperimentSpec(experiment, name, tuple(seeds), tuple(tasks))
+
+
+def eval_spec() -> jobs.Spec | None:
+    table, _ = data.runs()
+    if table.empty:
+        st.info("No runs to evaluate yet: train some first.")
+        return None
+    labels = {
+        r.run_key: f"{r.run_key} · {r.experiment} · {r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
+        for _, r in table.iterrows()
+    }
+    key = st.selectbox("run", list(labels), format_func=labels.get, key="run_key")
+    left, right = st.columns(2)
+    trained_loops = int(table.set_index("run_key").loc[key, "T"])
+    default = min(4 * trained_loops, cap["max_loops"])
+    loops = left.number_input("evaluate at n = 1..", 1, cap["max_loops"], default, key="eval_loops")
+    mode = right.selectbox("run in mode", ["trained", "norm", "none"], key="eval_mode")
+    return jobs.EvalSpec(key, int(loops), None if mode == "trained" else mode)
+
+
+def submit_form() -> None:
+    kind = st.segmented_control("what", list(KINDS), format_func=KINDS.get, default="train", key="run_kind")
+    spec = {"train": train_spec, "evaluate": eval_spec}.get(kind, lambda: experiment_spec(kind))()
+    if st.button("Submit", type="primary", disabled=spec is None, key="submit", icon=":material/play_arrow:"):
+        try:
+            job = jobs.submit(spec, root)
+        except (jobs.Refused, ValueError) as e:
+            st.error(str(e))
+        else:
+            st.success(f"Job `{job}` submitted: {jobs.describe(spec)}. Its progress is below.")
+
+
+def show_job(job: jobs.Job) -> None:
+    with st.container(border=True):
+        st.markdown(f"{STATE_ICONS.get(job.state, '')} **{job.state}** · {job.what or 'job'} · `{job.job_id}`")
+        if job.state == "corrupt":
+            st.warning(job.message)
+            return
+        if job.total:
+            loss = f" · loss {job.loss:.4f}" if job.loss is not None else ""
+            eta = f" · about {math.ceil(job.eta_s)} s left" if job.active and job.eta_s is not None else ""
+            st.progress(min(1.0, job.step / job.total), text=f"step {job.step} of {job.total}{loss}{eta}")
+        st.caption(job.message + (f" (started {job.launches} times: resumed)" if job.launches > 1 else ""))
+        if job.active and not jobs.read_only():
+            st.button("Cancel", key=f"cancel-{job.job_id}", on_click=jobs.cancel, args=(job.job_id, root))
+
+
+def job_list() -> None:
+    found = jobs.list_jobs(root)
+    if not found:
+        st.caption(f"No jobs under `{jobs.jobs_dir(root)}` yet.")
+    for job in found[:20]:
+        show_job(job)
+    if st.session_state.get("jobs_were_active") and not any(j.active for j in found):
+        st.session_state["jobs_were_active"] = False
+        st.rerun()  # the last job ended: redraw the page once and stop polling
+    st.session_state["jobs_were_active"] = any(j.active for j in found)
+
+
+if jobs.read_only():
+    st.info(
+        "**Read-only.** This copy of the dashboard shows the shipped results and runs nothing. "
+        "To train or extend runs, run loopscope on your own machine:"
+    )
+    st.code("pip install -e .\nloopscope run e2 --preset smoke --seeds 2 --tasks parity\nloopscope dashboard")
+else:
+    st.caption(
+        f"Jobs run in their own processes and keep running if you close this tab. Caps here: "
+        f"{cap['max_seeds']} seeds, {cap['max_steps']} steps, n up to {cap['max_loops']}."
+    )
+    submit_form()
+st.header("Jobs")
+polling = any(j.active for j in jobs.list_jobs(root))  # decided after a submit above, so a new job is polled
+st.fragment(run_every=2.0 if polling else None)(job_list)()

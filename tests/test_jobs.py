@@ -1,0 +1,303 @@
+"""Background jobs, checkpoints, Ray fan-out and sharing: identical specs share one job across processes,
+cancel ends the worker, a kill -9 loses nothing that resuming does not redo bit for bit, a damaged job file
+is a message, a read-only deployment refuses, and results travel to and from the Hub (mocked)."""
+
+import fnmatch
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import huggingface_hub
+import pandas as pd
+import pytest
+import torch
+from safetensors import safe_open
+
+from engine import experiments, fanout, jobs
+from engine.cli import main
+from engine.presets import smoke
+from engine.store import Store
+from engine.train import train_group
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def short(cfg, steps: int):
+    return replace(cfg, train=replace(cfg.train, steps=steps))
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """Workers inherit the environment: one thread each, like this process (tests/conftest.py)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("LOOPSCOPE_READ_ONLY", raising=False)
+
+
+def wait_for(predicate, timeout_s: float = 60, what: str = "a condition"):
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def test_resuming_from_a_checkpoint_gives_bit_identical_weights(tmp_path):
+    cfg = short(smoke("parity"), 60)
+    straight = train_group(cfg, [0, 3], progress=False)
+
+    def crash(done, total, loss):
+        if done == 47:
+            raise KeyboardInterrupt  # "the machine went away" after the checkpoint at step 40
+
+    ckpt = tmp_path / "group.safetensors"
+    with pytest.raises(KeyboardInterrupt):
+        train_group(cfg, [0, 3], progress=False, checkpoint_path=ckpt, checkpoint_every=20, on_step=crash)
+    with safe_open(str(ckpt), framework="pt") as f:
+        assert json.loads(f.metadata()["loopscope"])["step"] == 40  # JSON beside the tensors, no pickle
+    resumed = train_group(cfg, [0, 3], progress=False, checkpoint_path=ckpt, checkpoint_every=20)
+    assert resumed.resumed_from == 40
+    assert torch.equal(straight.losses, resumed.losses)
+    for name, value in straight.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[name]), name
+
+
+def test_a_checkpoint_of_another_run_is_ignored(tmp_path):
+    ckpt = tmp_path / "group.safetensors"
+    cfg = short(smoke("parity"), 30)
+    train_group(cfg, [1], progress=False, checkpoint_path=ckpt, checkpoint_every=10)
+    assert train_group(cfg, [2], progress=False, checkpoint_path=ckpt).resumed_from == 0  # other seeds
+    ckpt.write_bytes(b"truncated")
+    assert train_group(cfg, [1], progress=False, checkpoint_path=ckpt).resumed_from == 0  # unreadable
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def test_specs_round_trip_and_name_their_job():
+    spec = jobs.TrainSpec(short(smoke("chain"), 10), (0, 2), "cpu")
+    assert jobs.spec_from_dict(json.loads(json.dumps(jobs.spec_dict(spec)))) == spec
+    assert jobs.job_id(spec) == jobs.job_id(jobs.TrainSpec(short(smoke("chain"), 10), (0, 2), "cpu"))
+    assert jobs.job_id(spec) != jobs.job_id(replace(spec, seeds=(0,)))
+    other = jobs.EvalSpec("abc", 12, "none")
+    assert jobs.spec_from_dict(jobs.spec_dict(other)) == other
+
+
+SUBMIT_AT_ONCE = """
+import pathlib, sys, time
+from dataclasses import replace
+from engine import jobs
+from engine.presets import smoke
+root, gate, me = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+(gate / me).touch()
+while len(list(gate.iterdir())) < 2:  # both processes are imported and ready: go together
+    time.sleep(0.001)
+cfg = smoke("parity")
+print(jobs.submit(jobs.TrainSpec(replace(cfg, train=replace(cfg.train, steps=5000)), (0,), "cpu"), root))
+"""
+
+
+def test_two_processes_submitting_one_spec_share_one_job_and_cancel_ends_it(tmp_path, one_thread):
+    root, gate = tmp_path / "res", tmp_path / "gate"
+    gate.mkdir()
+    cmd = [sys.executable, "-c", SUBMIT_AT_ONCE, str(root), str(gate)]
+    procs = [subprocess.Popen([*cmd, str(i)], stdout=subprocess.PIPE, text=True, cwd=REPO) for i in range(2)]
+    ids = {p.communicate(timeout=120)[0].strip() for p in procs}
+    cfg = short(smoke("parity"), 5000)
+    jid = jobs.job_id(jobs.TrainSpec(cfg, (0,), "cpu"))
+    try:
+        assert ids == {jid}
+        assert jobs.status(jid, root).launches == 1  # one worker for both submissions
+        assert len(list(jobs.jobs_dir(root).glob("*.json"))) == 1
+        job = wait_for(lambda: (j := jobs.status(jid, root)).eta_s is not None and j, what="an ETA")
+    finally:
+        cancelled = jobs.cancel(jid, root)  # this process did not start the worker: it is not its child
+    assert job.state == "running" and job.total == 5000 and job.loss is not None and 0 < job.step < 5000
+    assert cancelled.state == "cancelled" and "resume" in cancelled.message
+    assert not jobs._alive(job.pid)
+    assert Store(root).status(cfg.run_key(0)) == "missing"
+
+
+def test_kill_9_mid_training_then_resubmit_ends_equal_to_an_uninterrupted_run(tmp_path, one_thread, monkeypatch):
+    monkeypatch.setenv("LOOPSCOPE_CHECKPOINT_EVERY", "20")
+    cfg, root = short(smoke("parity"), 200), tmp_path / "res"
+    spec = jobs.TrainSpec(cfg, (0,), "cpu")
+    key, ckpt = cfg.run_key(0), experiments.checkpoint_path(Store(root), cfg, [0])
+    jid = jobs.submit(spec, root)
+    try:
+        wait_for(lambda: jobs.status(jid, root).step >= 45, what="step 45")
+    finally:
+        os.kill(jobs.status(jid, root).pid, signal.SIGKILL)
+    lost = wait_for(lambda: (j := jobs.status(jid, root)).state == "lost" and j, what="the job to be seen lost")
+    assert "resume" in lost.message and lost.step < 200
+    assert Store(root).status(key) == "missing" and not Store(root).run_dir(key).exists()  # nothing partial
+    with safe_open(str(ckpt), framework="pt") as f:
+        saved_step = json.loads(f.metadata()["loopscope"])["step"]
+    assert saved_step >= 40 and saved_step % 20 == 0
+
+    assert jobs.submit(spec, root) == jid
+    done = jobs.wait(jid, root, timeout_s=120)
+    assert done.state == "done" and done.launches == 2, done.message
+    store = Store(root)
+    assert store.manifest(key)["resumed_from_step"] >= saved_step and not ckpt.exists()
+
+    reference = Store(tmp_path / "reference")
+    experiments.ensure_runs(cfg, [0], reference, "train", "cpu", progress=False)
+    resumed, straight = store.load_checkpoint(key), reference.load_checkpoint(key)
+    assert resumed.keys() == straight.keys()
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+    pd.testing.assert_frame_equal(store.load_rows(key), reference.load_rows(key))
+    for field in ("final_loss", "loss_curve"):
+        assert store.manifest(key)[field] == reference.manifest(key)[field]
+
+
+def test_a_corrupt_job_file_is_reported_not_raised(tmp_path):
+    folder = jobs.jobs_dir(tmp_path)
+    folder.mkdir()
+    (folder / "0123456789abcdef.json").write_text('{"state": "runn')
+    (folder / "fedcba9876543210.json").write_text('["not", "a", "job"]')
+    found = jobs.list_jobs(tmp_path)
+    assert [j.state for j in found] == ["corrupt", "corrupt"]
+    assert all("is not a job file" in j.message for j in found)
+    assert jobs.status("0123456789abcdef", tmp_path).state == "corrupt"
+    assert jobs.cancel("0123456789abcdef", tmp_path).state == "corrupt"
+
+
+def test_read_only_and_caps_are_refused_before_anything_starts(tmp_path, monkeypatch):
+    spec = jobs.TrainSpec(short(smoke("parity"), 10), (0, 1), "cpu")
+    monkeypatch.setenv("LOOPSCOPE_READ_ONLY", "1")
+    with pytest.raises(jobs.Refused, match="read-only"):
+        jobs.submit(spec, tmp_path)
+    monkeypatch.delenv("LOOPSCOPE_READ_ONLY")
+    monkeypatch.setenv("LOOPSCOPE_MAX_SEEDS", "1")
+    with pytest.raises(jobs.Refused, match="LOOPSCOPE_MAX_SEEDS"):
+        jobs.submit(spec, tmp_path)
+    monkeypatch.setenv("LOOPSCOPE_MAX_STEPS", "100")
+    with pytest.raises(jobs.Refused, match="LOOPSCOPE_MAX_STEPS"):
+        jobs.submit(jobs.ExperimentSpec("e2", "smoke", (0,), ("parity",)), tmp_path)  # 300 steps
+    with pytest.raises(ValueError, match="not a valid cached run"):
+        jobs.submit(jobs.EvalSpec("0000000000000000", 12), tmp_path)
+    assert not jobs.jobs_dir(tmp_path).exists()
+    monkeypatch.delenv("LOOPSCOPE_MAX_SEEDS")
+    monkeypatch.setenv("LOOPSCOPE_MAX_LOOPS", "")
+    monkeypatch.delenv("LOOPSCOPE_MAX_LOOPS")  # recorded (unlike deleting an absent one): teardown undoes what follows
+    jobs.adopt_settings({"read_only": True, "max_loops": 7})  # st.secrets' way in
+    assert jobs.read_only() and jobs.caps()["max_loops"] == 7
+
+
+# ---------------------------------------------------------------- evaluation jobs, in this process
+
+
+@pytest.fixture(scope="module")
+def small_results(tmp_path_factory):
+    """One smoke run (30 steps) and an e2-style table holding it."""
+    root = tmp_path_factory.mktemp("small") / "res"
+    store = Store(root)
+    keys = experiments.ensure_runs(short(smoke("parity"), 30), [0], store, "e2", "cpu", progress=False)
+    store.write_table("e2-smoke", experiments.collect(store, keys, "e2"))
+    return root
+
+
+def test_an_eval_job_extends_the_run_and_its_tables(small_results, tmp_path):
+    root = tmp_path / "res"
+    shutil.copytree(small_results, root)
+    store = Store(root)
+    (key,) = store.run_keys()
+    message = jobs.execute(jobs.EvalSpec(key, 12, "none", "cpu"), store, lambda *a: None)
+    assert "e2-smoke.parquet" in message
+    cut = store.load_rows(key).query("boundary == 'norm->none'")
+    assert cut["eval_loops"].max() == 12
+    table = pd.read_parquet(root / "e2-smoke.parquet")
+    assert table.query("boundary == 'norm->none'")["eval_loops"].max() == 12
+    assert set(table["experiment"]) == {"e2"} and not table.duplicated(list(table.columns[:-1])).any()
+
+
+# ---------------------------------------------------------------- Ray
+
+
+def test_a_ray_sweep_lands_in_the_same_store(tmp_path):
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'loopscope[ray]')")
+    units = [(short(smoke("parity"), 20), [0], "train"), (short(smoke("chain"), 20), [0, 1], "train")]
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        store = Store(tmp_path / "ray")
+        assert fanout.fan_out(units, store, "cpu", group_size=1) == 3
+        assert fanout.fan_out(units, store, "cpu", group_size=1) == 0  # cached: nothing to fan out
+    finally:
+        ray.shutdown()
+    keys = [cfg.run_key(s) for cfg, seeds, _ in units for s in seeds]
+    assert sorted(keys) == store.run_keys() and all(store.status(k) == "ok" for k in keys)
+    local = Store(tmp_path / "local")
+    experiments.ensure_runs(units[1][0], [1], local, "train", "cpu", group_size=1, progress=False)
+    key = units[1][0].run_key(1)
+    a, b = store.load_checkpoint(key), local.load_checkpoint(key)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # a Ray task trains exactly what this process would
+    pd.testing.assert_frame_equal(store.load_rows(key), local.load_rows(key))
+
+
+# ---------------------------------------------------------------- push and pull (the Hub mocked)
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """HfApi.create_repo/upload_folder and snapshot_download against a folder standing in for the repo."""
+    remote = tmp_path / "hub"
+
+    def upload_folder(self, *, folder_path, repo_id, repo_type, **kw):
+        assert (repo_id, repo_type) == ("org/results", "dataset")
+        shutil.copytree(folder_path, remote, dirs_exist_ok=True)
+
+    def snapshot_download(*, repo_id, repo_type, local_dir, ignore_patterns=(), **kw):
+        assert (repo_id, repo_type) == ("org/results", "dataset")
+        for path in remote.rglob("*"):
+            rel = path.relative_to(remote).as_posix()
+            if path.is_file() and not any(fnmatch.fnmatch(rel, p) for p in ignore_patterns):
+                (Path(local_dir) / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, Path(local_dir) / rel)
+        return local_dir
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, *a, **k: None)
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    return remote
+
+
+def test_push_then_pull_gives_a_results_folder_the_dashboard_reads(small_results, fake_hub, tmp_path, capsys):
+    (small_results / "jobs").mkdir(exist_ok=True)
+    (small_results / "jobs" / "local.json").write_text("{}")
+    assert main(["push", "--repo", "org/results", "--results", str(small_results)]) == 0
+    pushed = sorted(p.relative_to(fake_hub).as_posix() for p in fake_hub.rglob("*") if p.is_file())
+    assert "e2-smoke.parquet" in pushed and not [p for p in pushed if p.endswith(".safetensors") or "jobs" in p]
+
+    pulled = tmp_path / "pulled"
+    assert main(["pull", "--repo", "org/results", "--results", str(pulled)]) == 0
+    assert "loopscope dashboard --results" in capsys.readouterr().out
+    store = Store(pulled)
+    (key,) = store.run_keys()
+    assert store.status(key) == "ok"  # verifies, so the dashboard lists it, weights or not
+    assert "model.safetensors" in store.manifest(key)["files_not_included"]
+    assert (pulled / "e2-smoke.parquet").read_bytes() == (small_results / "e2-smoke.parquet").read_bytes()
+    pd.testing.assert_frame_equal(store.load_rows(key), Store(small_results).load_rows(key))
+
+    assert main(["push", "--repo", "org/results", "--results", str(small_results), "--checkpoints"]) == 0
+    assert main(["pull", "--repo", "org/results", "--results", str(pulled), "--checkpoints"]) == 0
+    assert Store(pulled).status(key) == "ok"
+    assert Store(pulled).load_checkpoint(key).keys() == Store(small_results).load_checkpoint(key).keys()
+
+
+@pytest.mark.parametrize("command", ["push", "pull"])
+def test_offline_push_and_pull_end_in_one_sentence(small_results, tmp_path, monkeypatch, capsys, command):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the real client, no traffic
+    results = small_results if command == "push" else tmp_path / "pulled"
+    assert main([command, "--repo", "org/results", "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("loopscope: error: cannot reach the Hugging Face Hub") and len(err.splitlines()) == 1
