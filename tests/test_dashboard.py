@@ -368,3 +368,16 @@ def test_loss_curve_steps_follow_the_manifest_stride():
 
     curve = loss_curve(json.loads('{"steps": 300, "loss_curve": [3.0, 2.0, 1.0]}'))
     assert curve["step"].tolist() == [1, 4, 7]
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "cached_results"
+
+
+@pytest.mark.skipif(not (SHIPPED / "e2-cpu.parquet").exists(), reason="no shipped E2 results in this checkout")
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_the_shipped_results(monkeypatch, page):
+    at = render(monkeypatch, SHIPPED, page)
+    assert not at.exception
+    if page == "overview":  # every E2 claim of both tasks has a card with a verdict
+        text = " ".join(m.value for m in at.markdown)
+        assert text.count("cpu preset, 16 seeds per mode") >= 8
