@@ -236,7 +236,7 @@ def test_run_page_submits_a_training_that_then_appears_among_the_runs(monkeypatc
 
 def test_runs_page_evaluates_a_run_at_more_loop_counts(monkeypatch, results, tmp_path, writable):
     root = tmp_path / "copy"
-    shutil.copytree(results, root)
+    shutil.copytree(results, root, ignore=shutil.ignore_patterns("jobs"))  # other tests' jobs stay behind
     at = render(monkeypatch, root, "runs")
     key = at.selectbox(key="run").value
     at.number_input(key="more_loops").set_value(12)
