@@ -9,7 +9,9 @@ Tasks (labels exactly balanced, prompts deterministic from the seed):
 
 `probe` batches prompts with left padding, runs `model.loop_forward` once per batch and reports,
 per loop step, greedy and forced-choice accuracy, the most frequent greedy token, the mean state
-norms before/after the boundary and the mean exit probability.
+norms before/after the boundary and the mean exit probability. Where a tokenizer splits the space
+off a digit (" 0" -> " ", "0"), `fit_prompts` ends the prompt with that space so that the next token
+is the answer.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ CHAIN_OPTIONS = (" 0", " 1")
 PARITY_OPTIONS = (" even", " odd")
 COLUMNS = [
     "step", "n_loops", "boundary", "n_prompts", "greedy_acc", "forced_acc", "forced_margin",
-    "option_rate", "top_token", "top_share", "norm_pre", "norm_post", "exit_prob",
+    "option_rate", "top_token", "top_token_id", "top_share", "norm_pre", "norm_post", "exit_prob",
 ]  # fmt: skip
 
 
@@ -85,6 +87,30 @@ def answer_token_id(tokenizer, prompt: str, option: str) -> int:
     return tokenizer(option, add_special_tokens=False)["input_ids"][0]  # merged across the boundary
 
 
+def fit_prompt(tokenizer, pr: ProbePrompt) -> ProbePrompt:
+    """Move the options' shared leading whitespace into the prompt when only that tells them apart.
+
+    Tokenizers that split digits from a preceding space (e.g. StarCoder/SmolLM-style, as in Ouro) encode
+    " 0" and " 1" as [" ", "0"] and [" ", "1"]: both options then start with the space token and the next
+    token after "Answer:" is the space, whatever the answer. Ending the prompt with that space makes the
+    next token the answer itself. Prompts whose options already differ in their first token are returned
+    unchanged.
+    """
+    a, b = (answer_token_id(tokenizer, pr.prompt, o) for o in pr.options)
+    if a != b:
+        return pr
+    k = 0
+    while all(k < len(o) for o in pr.options) and pr.options[0][k] == pr.options[1][k] and pr.options[0][k].isspace():
+        k += 1
+    if k == 0 or any(k == len(o) for o in pr.options):
+        return pr
+    return ProbePrompt(pr.prompt + pr.options[0][:k], pr.answer[k:], (pr.options[0][k:], pr.options[1][k:]))
+
+
+def fit_prompts(tokenizer, prompts: list[ProbePrompt]) -> list[ProbePrompt]:
+    return [fit_prompt(tokenizer, pr) for pr in prompts]
+
+
 def option_token_ids(tokenizer, prompts: list[ProbePrompt]) -> torch.Tensor:
     """(N, 2) first-token ids of each prompt's two options; raises if they coincide."""
     ids = []
@@ -110,10 +136,16 @@ def probe(
     n_loops: int | None = None,
     boundary: str = "norm",
     batch_size: int = 16,
+    progress=None,
 ) -> pd.DataFrame:
-    """One row per loop step 1..n with the columns in COLUMNS (shares and accuracies in [0, 1])."""
+    """One row per loop step 1..n with the columns in COLUMNS (shares and accuracies in [0, 1]).
+
+    Prompts go through `fit_prompts` first. `progress`, if given, is called with the number of prompts
+    of each batch once that batch is done (e.g. a tqdm bar's `update`).
+    """
     if not prompts:
         raise ValueError("no prompts")
+    prompts = fit_prompts(tokenizer, prompts)
     opts = option_token_ids(tokenizer, prompts)
     correct = torch.tensor([pr.options.index(pr.answer) for pr in prompts])
     device = next(model.parameters()).device
@@ -134,6 +166,8 @@ def probe(
             pre.append(out.norm_pre.float().cpu())
             post.append(out.norm_post.float().cpu())
             exit_p.append(out.exit_probs.float().cpu())
+            if progress is not None:
+                progress(len(batch))
     finally:
         tokenizer.padding_side, tokenizer.pad_token = saved
     pred = torch.cat(preds, 1)  # (n, N)
@@ -157,6 +191,7 @@ def probe(
                 "forced_margin": margin.mean().item(),
                 "option_rate": (pred[t][:, None] == opts).any(-1).float().mean().item(),
                 "top_token": tokenizer.decode([top_id]),
+                "top_token_id": top_id,
                 "top_share": top_count / n_prompts,
                 "norm_pre": pre[t].mean().item(),
                 "norm_post": post[t].mean().item(),

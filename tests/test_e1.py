@@ -1,0 +1,180 @@
+"""E1 through the CLI on a tiny random Ouro checkpoint saved here. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from engine import e1
+from engine.cli import main
+from engine.ouro import OuroConfig, OuroForCausalLM
+from engine.probe import VARIABLES, make_prompts, option_token_ids
+from engine.store import RESULT_COLUMNS, sha256
+
+TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+
+
+def _word_tokenizer() -> PreTrainedTokenizerFast:
+    split = pre_tokenizers.Whitespace()
+    words = set(VARIABLES) | {"0", "1", "not"}
+    for task in ("chain", "parity"):
+        for pr in make_prompts(task, 8, seed=0):
+            for text in (pr.prompt, *pr.options):
+                words.update(w for w, _ in split.pre_tokenize_str(text))
+    vocab = {w: i for i, w in enumerate(["<|endoftext|>", "<unk>", *sorted(words)])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = split
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", unk_token="<unk>")
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    model = OuroForCausalLM(OuroConfig(**TINY, total_ut_steps=3)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "gate" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp("ckpt") / "e1-tiny"
+    model.save_pretrained(path)
+    _word_tokenizer().save_pretrained(path)
+    return path
+
+
+def _run(ckpt, results, *extra) -> int:
+    argv = ["ouro", "--model", str(ckpt), "--task", "chain", "--loops", "1-5", "--prompts", "8"]
+    return main([*argv, "--device", "cpu", "--results", str(results), *extra])
+
+
+def test_cli_table_identity_and_cache(ckpt, tmp_path, capsys, monkeypatch):
+    assert _run(ckpt, tmp_path) == 0
+    out = capsys.readouterr().out
+    table_path, manifest_path = tmp_path / "e1-tiny.parquet", tmp_path / "e1-tiny.json"
+    rows = pd.read_parquet(table_path)
+    assert list(rows.columns) == RESULT_COLUMNS
+    assert set(rows["boundary"]) == {"norm", "norm->none"} and set(rows["eval_loops"]) == {1, 2, 3, 4, 5}
+    assert (rows["experiment"] == "e1").all() and (rows["arch"] == "looped").all()
+    assert (rows["trained_loops"] == 3).all() and (rows["difficulty"] == 3).all() and (rows["seed"] == 0).all()
+    metrics = {"accuracy", "choice_accuracy", "top_token_share", "top_token", "norm_pre", "norm_post", "exit_prob"}
+    assert metrics <= set(rows["metric"])
+    assert not rows.duplicated([c for c in RESULT_COLUMNS if c != "value"]).any()
+    wide = rows.pivot_table(index=["eval_loops", "metric"], columns="boundary", values="value")
+    first = wide.loc[1].drop(index="norm_post")  # norm_post is |Norm(pre)| in one mode, |pre| in the other
+    assert (first["norm"] == first["norm->none"]).all()  # n = 1: identical readouts
+    assert not (wide.loc[5, "norm"] == wide.loc[5, "norm->none"]).all()  # the surgery matters beyond
+    assert rows.loc[rows["metric"] == "accuracy", "value"].between(0, 1).all()
+
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["files"][table_path.name] == sha256(table_path.read_bytes())
+    entry = manifest["tasks"]["chain"]
+    assert entry["n1_identity"]["passed"] and entry["n1_identity"]["logits_equal"]
+    assert len(entry["prompts"]) == 8 and set(entry["top_tokens"]) == {"norm", "norm->none"}
+    assert manifest["model"]["parameters"] == sum(p.numel() for p in OuroForCausalLM(OuroConfig(**TINY)).parameters())
+    assert manifest["model"]["config"]["total_ut_steps"] == 3 and manifest["git_commit"]
+    assert "n = 1 identity passed" in out and "norm->none" in out
+
+    # rerun: nothing is loaded or computed, the files are untouched
+    before = (table_path.read_bytes(), manifest_path.read_bytes())
+    monkeypatch.setattr(e1, "load_model", lambda *a: pytest.fail("the model was loaded for cached results"))
+    assert _run(ckpt, tmp_path) == 0
+    assert "nothing recomputed" in capsys.readouterr().out
+    assert (table_path.read_bytes(), manifest_path.read_bytes()) == before
+
+
+def test_only_missing_tasks_are_computed(ckpt, tmp_path, monkeypatch):
+    assert _run(ckpt, tmp_path) == 0
+    chain = pd.read_parquet(tmp_path / "e1-tiny.parquet")
+    done = []
+    real = e1.probe_task
+    monkeypatch.setattr(e1, "probe_task", lambda m, t, s, *a: done.append(s["task"]) or real(m, t, s, *a))
+    assert _run(ckpt, tmp_path, "--task", "chain,parity") == 0
+    assert done == ["parity"]
+    both = pd.read_parquet(tmp_path / "e1-tiny.parquet")
+    pd.testing.assert_frame_equal(both[both["task"] == "chain"].reset_index(drop=True), chain)
+    assert set(both["task"]) == {"chain", "parity"}
+    assert _run(ckpt, tmp_path, "--loops", "1-3") == 0 and done == ["parity", "chain"]  # new settings: recomputed
+
+
+def test_missing_model_offline_exits_2(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    results = tmp_path / "results"
+    assert main(["ouro", "--model", "nobody/no-such-ouro", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("loopscope: error: the model nobody/no-such-ouro is not in the")
+    assert "hf download nobody/no-such-ouro --local-dir FOLDER" in err and "--model FOLDER" in err
+    assert "Traceback" not in err
+    assert not results.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--prompts", "7"], "--prompts 7"),
+        (["--prompts", "0"], "--prompts 0"),
+        (["--prompts", "-4"], "--prompts -4"),
+        (["--task", "chain,sums"], "unknown task 'sums'"),
+        (["--model", "no/such/folder"], "not a folder"),
+    ],
+)
+def test_bad_input_exits_2(ckpt, tmp_path, capsys, args, needle):
+    results = tmp_path / "results"
+    assert main(["ouro", "--model", str(ckpt), "--results", str(results), *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not results.exists()
+
+
+def test_failed_identity_is_recorded_and_exits_1(ckpt, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(e1, "n1_identity", lambda *a: {"batch": 2, "logits_equal": False})
+    assert _run(ckpt, tmp_path, "--prompts", "2", "--loops", "1-2") == 1
+    assert "n = 1 identity failed for chain" in capsys.readouterr().err
+    manifest = json.loads((tmp_path / "e1-tiny.json").read_text())
+    assert manifest["tasks"]["chain"]["n1_identity"]["passed"] is False
+    assert _run(ckpt, tmp_path, "--prompts", "2", "--loops", "1-2") == 1  # served from the cache, still flagged
+
+
+def test_digit_splitting_tokenizer_gets_space_in_prompt():
+    """Ouro's (SmolLM-style) tokenizer splits ' 0' into ' ' + '0': the probe ends the prompt with the space."""
+    tok = e1.local_bpe_tokenizer(vocab_size=300)
+    prompts = make_prompts("chain", 4, seed=0)
+    assert tok(" 0")["input_ids"][0] == tok(" 1")["input_ids"][0]  # the clash this guards against
+    from engine.probe import fit_prompts
+
+    fitted = fit_prompts(tok, prompts)
+    assert all(f.prompt == p.prompt + " " and f.options == ("0", "1") for f, p in zip(fitted, prompts, strict=True))
+    ids = option_token_ids(tok, fitted)
+    assert (ids[:, 0] != ids[:, 1]).all()
+    assert fit_prompts(tok, make_prompts("parity", 4, seed=0)) == make_prompts("parity", 4, seed=0)
+
+
+def test_slugs():
+    from pathlib import Path
+
+    snap = Path("/c/hub/models--ByteDance--Ouro-1.4B/snapshots/" + "a" * 40)
+    assert e1.slug_of("ByteDance/Ouro-1.4B", snap) == "ouro-1.4b"
+    assert e1.slug_of("cached_results/e1-demo", Path("/x/cached_results/e1-demo")) == "demo"
+
+
+def test_demo_trainer_saves_a_loadable_checkpoint(tmp_path, monkeypatch):
+    """Two steps of the demo trainer: the folder reloads through the Auto classes and probes via the CLI."""
+    from engine import ouro_demo
+
+    monkeypatch.setitem(ouro_demo.TRAIN, "eval_prompts", 8)
+    monkeypatch.setitem(ouro_demo.TRAIN, "batch", 8)
+    record = ouro_demo.train(tmp_path / "e1-demo", seed=0, steps=2, threads=1, progress=False)
+    files = {p.name for p in (tmp_path / "e1-demo").iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "training.json"} <= files
+    assert record["parameters"] == 414_209 and len(record["evals"]) == 1
+    assert main(["ouro", "--model", str(tmp_path / "e1-demo"), "--prompts", "4", "--loops", "1-5",
+                 "--device", "cpu", "--results", str(tmp_path)]) == 0  # fmt: skip
+    assert set(pd.read_parquet(tmp_path / "e1-demo.parquet")["task"]) == {"chain", "parity"}
+    model = json.loads((tmp_path / "e1-demo.json").read_text())["model"]
+    assert model["parameters"] == model["training"]["parameters"] == 414_209
