@@ -7,29 +7,18 @@ import json
 import pandas as pd
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from test_ouro import _tiny_tokenizer  # tests/ is on sys.path under pytest
 
 from engine import e1
 from engine.cli import main
 from engine.ouro import OuroConfig, OuroForCausalLM
-from engine.probe import VARIABLES, make_prompts, option_token_ids
+from engine.probe import make_prompts, option_token_ids
 from engine.store import RESULT_COLUMNS, sha256
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 
 
-def _word_tokenizer() -> PreTrainedTokenizerFast:
-    split = pre_tokenizers.Whitespace()
-    words = set(VARIABLES) | {"0", "1", "not"}
-    for task in ("chain", "parity"):
-        for pr in make_prompts(task, 8, seed=0):
-            for text in (pr.prompt, *pr.options):
-                words.update(w for w, _ in split.pre_tokenize_str(text))
-    vocab = {w: i for i, w in enumerate(["<|endoftext|>", "<unk>", *sorted(words)])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = split
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", unk_token="<unk>")
+_word_tokenizer = _tiny_tokenizer  # the same word-level tokenizer as the Ouro tests
 
 
 @pytest.fixture(scope="module")
