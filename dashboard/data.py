@@ -22,7 +22,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import stats
-from engine.presets import PRESETS, preset
+from engine.presets import train_ranges
 from engine.store import RESULT_COLUMNS, CorruptRun, Store
 
 TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
@@ -76,19 +76,6 @@ def catalog() -> dict[str, list[str]]:
 
 def presets(experiment: str) -> list[str]:
     return catalog().get(experiment, [])
-
-
-def train_ranges(preset_name: str, tasks) -> dict[str, tuple[int, ...]]:
-    """Training difficulties per task from the preset; empty for a preset engine.presets does not know."""
-    if preset_name not in PRESETS:
-        return {}
-    out = {}
-    for task in tasks:
-        try:
-            out[task] = tuple(preset(preset_name, task).task.train_difficulties)
-        except ValueError:
-            continue
-    return out
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

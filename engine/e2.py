@@ -12,7 +12,7 @@ import pandas as pd
 
 from engine import stats
 from engine.model import BOUNDARIES
-from engine.presets import preset
+from engine.presets import preset, train_ranges
 from engine.store import Store
 
 TASKS = ("parity", "chain")
@@ -36,10 +36,6 @@ def run(
     rows = collect(store, keys, "e2")
     store.write_table(f"e2-{preset_name}", rows)
     return rows
-
-
-def train_ranges(preset_name: str, tasks) -> dict[str, tuple[int, ...]]:
-    return {t: preset(preset_name, t).task.train_difficulties for t in tasks}
 
 
 def summarize(rows: pd.DataFrame, preset_name: str) -> pd.DataFrame:

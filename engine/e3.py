@@ -30,7 +30,7 @@ from safetensors.torch import save as save_safetensors
 from engine import refit as rf
 from engine import stats
 from engine.experiments import ensure_runs, load_models
-from engine.presets import RunConfig, preset
+from engine.presets import RunConfig, preset, train_ranges
 from engine.store import MANIFEST, RESULT_COLUMNS, ROWS, Store, atomic_write, parquet_bytes, provenance, sha256
 
 TASKS = ("parity", "chain")
@@ -167,7 +167,7 @@ def summarize(rows: pd.DataFrame, preset_name: str, layers: int | None = None) -
     guarded = rec.groupby(by)["value"].agg(lambda v: int(v.isna().sum())).rename("n_guarded").reset_index()
     summary = guarded.merge(summary, on=by, how="left")
     acc = rows[rows["metric"] == "accuracy"]
-    acc = stats.with_range(acc, {t: preset(preset_name, t).task.train_difficulties for t in acc["task"].unique()})
+    acc = stats.with_range(acc, train_ranges(preset_name, acc["task"].unique()))
     acc = acc[acc["range"] == "in-range"].groupby(by)["value"].mean().rename("acc_refit").reset_index()
     fixed, orig = ["task", "eval_loops"], acc["refit_target"] == ORIGINAL
     for name, part in (("acc_original", acc[orig]), ("acc_removed", acc[~orig & (acc["refit_steps"] == 0)])):

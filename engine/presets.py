@@ -125,3 +125,16 @@ def preset(name: str, task: str = "parity", boundary: str = "norm", arch: str = 
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
     return PRESETS[name](task, boundary, arch)
+
+
+def train_ranges(preset_name: str, tasks) -> dict[str, tuple[int, ...]]:
+    """Training difficulties per task of a preset; tasks (or a preset) it does not know are left out."""
+    if preset_name not in PRESETS:
+        return {}
+    out = {}
+    for task in tasks:
+        try:
+            out[task] = tuple(preset(preset_name, task).task.train_difficulties)
+        except ValueError:
+            continue
+    return out
