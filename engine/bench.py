@@ -6,18 +6,31 @@ slows both sides alike. FLOPs are counted from the config (matmuls and attention
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
+from pathlib import Path
 
 import torch
 
 from engine import tasks
 from engine.model import ModelConfig, build
-from engine.presets import RunConfig, cpu, paper
+from engine.presets import RunConfig, cpu, paper, preset
 from engine.train import member_losses, train_group
 
-GOALS = {"one_pass": 10.0, "group_training": 3.0, "mfu_cpu": 0.5, "mfu_paper": 0.8, "generation_share": 0.05}
+GOALS = {
+    "one_pass": 10.0,
+    "group_training": 3.0,
+    "mfu_cpu": 0.5,
+    "mfu_paper": 0.8,
+    "generation_share": 0.05,
+    "run_all_minutes": 45.0,
+}
+PAGES = ("overview", "accuracy", "norms", "refit", "stacked", "ouro", "runs")
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 
 
 def timed(fn: Callable[[], object], repeat: int = 1) -> float:
@@ -82,6 +95,28 @@ def bench_mfu(run: RunConfig, peak: float, seeds: int, steps: int = 5) -> dict:
     return {"step_s": seconds, "flop_per_s": flops / seconds, "mfu": flops / seconds / peak}
 
 
+def profile_step(run: RunConfig, seeds: int = 16, steps: int = 2, top: int = 8) -> dict[str, float]:
+    """Share of a training step's CPU time per aten op (torch.profiler, self time), the largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build(run.model, list(range(seeds)))
+    d = max(run.task.train_difficulties)
+    batches = [tasks.sample(run.task, d, run.train.batch_size, tasks.train_generator(s)) for s in range(seeds)]
+    x, y = torch.stack([b.tokens for b in batches]), torch.stack([b.targets for b in batches])
+
+    def step():
+        member_losses(model(x, all_positions=True, readout_steps="last").logits, y).sum().backward()
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    ops = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in ops)
+    ranked = sorted(ops, key=lambda e: -e.self_cpu_time_total)[:top]
+    return {e.key.removeprefix("aten::"): e.self_cpu_time_total / total for e in ranked}
+
+
 def bench_generation(run: RunConfig, seeds: int = 16, steps: int = 20) -> dict:
     """Data generation for a group's step, against the whole step (from the group benchmark)."""
     gens = [tasks.train_generator(s) for s in range(seeds)]
@@ -93,35 +128,154 @@ def bench_generation(run: RunConfig, seeds: int = 16, steps: int = 20) -> dict:
     return {"generation_s_per_step": per_step}
 
 
-def run_all(peak: float | None = None, quick: bool = False) -> dict:
+@cache
+def seq_len(task: tasks.TaskConfig, difficulty: int) -> int:
+    return tasks.sample(task, difficulty, 2, torch.Generator().manual_seed(0)).tokens.shape[-1]
+
+
+def training_flops(run: RunConfig, seeds: int, steps: int | None = None) -> float:
+    """Forward + backward FLOPs of training `seeds` models, following the preset's difficulty schedule."""
+    schedule = tasks.difficulty_schedule(run.task, steps or run.train.steps)
+    return seeds * sum(train_step_flops(run, seq_len(run.task, d)) for d in schedule)
+
+
+def eval_flops(run: RunConfig, seeds: int, n_max: int | None = None) -> float:
+    """One pass to n_max over every evaluation set, reading out the answer position at every step."""
+    n = n_max or run.eval_loops
+    sets = run.task.eval_difficulties
+    return seeds * run.task.eval_examples * sum(forward_flops(run.model, seq_len(run.task, d), n, n) for d in sets)
+
+
+def run_all_flops(preset_name: str = "cpu", seeds: int = 16, task_names=("parity", "chain")) -> dict[str, float]:
+    """The model FLOPs of `loopscope run all --preset <name>`, per experiment: E2 trains both modes and
+    evaluates each (norm runs twice: own mode and the surgery); E3 evaluates the original and the removed
+    model, refits every distinct target (head alone: forward only; with a layer: forward + backward)
+    and evaluates each checkpoint; E4 trains the stacked twins and evaluates them in both modes."""
+    from engine import e3
+    from engine import refit as rf
+
+    out = {"e2": 0.0, "e3": 0.0, "e4": 0.0}
+    cfg = e3.refit_config(preset_name)
+    for task in task_names:
+        for boundary, evals in (("norm", 2), ("none", 1)):
+            run = preset(preset_name, task, boundary)
+            out["e2"] += training_flops(run, seeds) + evals * eval_flops(run, seeds)
+        run = preset(preset_name, task, "norm")
+        targets = rf.distinct_targets(cfg.targets, run.model.layers_per_block)
+        refit_run = replace(run, train=replace(run.train, batch_size=cfg.batch_size or run.train.batch_size))
+        steps = cfg.schedule[-1]
+        for target in targets:
+            factor = 1 / 3 if target == "head" else 1.0  # the head alone: no backward through the loop
+            out["e3"] += factor * training_flops(refit_run, seeds, steps)
+        out["e3"] += (2 + len(targets) * (len(cfg.schedule) - 1)) * eval_flops(run, seeds)
+        stacked = preset(preset_name, task, "norm", arch="stacked")
+        out["e4"] += training_flops(stacked, seeds) + 2 * eval_flops(stacked, seeds)
+    return out
+
+
+def measured_walls(root: Path) -> dict[str, float]:
+    """Seconds of training (E2, E4) and refitting (E3) recorded in the result manifests, one figure per
+    group of seeds (every member of a group records the group's wall time); evaluation is not included."""
+    out = {"e2": 0.0, "e3": 0.0, "e4": 0.0}
+    seen = set()
+    for manifest in sorted(Path(root).glob("*/*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        exp = m.get("experiment")
+        if exp not in out:
+            continue
+        walls = m.get("wall_time_s")
+        walls = walls if isinstance(walls, dict) else {"train": walls}
+        for what, wall in walls.items():
+            key = (exp, what, wall, m.get("group_size"))
+            if wall is not None and key not in seen:
+                seen.add(key)
+                out[exp] += float(wall)
+    return out
+
+
+def bench_pages(root: Path, pages=PAGES) -> dict[str, dict[str, float]]:
+    """Seconds to switch to each dashboard page (AppTest, in this process): cold (caches cleared) and
+    warm (the same page again), on the results in `root`."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["LOOPSCOPE_RESULTS"] = str(root)
+    out = {}
+    for page in pages:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        at = AppTest.from_file(str(APP), default_timeout=120)
+        start = time.perf_counter()
+        at.run()
+        if page != "overview":
+            start = time.perf_counter()
+            at.switch_page(f"app_pages/{page}.py").run()
+        cold = time.perf_counter() - start
+        start = time.perf_counter()
+        at.run()
+        out[page] = {"cold_s": cold, "warm_s": time.perf_counter() - start}
+    return out
+
+
+def run_all(peak: float | None = None, quick: bool = False, results: Path | None = None) -> dict:
     peak = peak or matmul_peak()
-    out: dict = {"matmul_peak_gflops": peak / 1e9}
+    out: dict = {"matmul_peak_gflops": peak / 1e9, "threads": torch.get_num_threads()}
+    seeds, steps = (4, 3) if quick else (16, 10)
     for task in ("parity", "chain"):
         run = cpu(task)
-        group = bench_group(run, seeds=4 if quick else 16, steps=3 if quick else 10)
+        group = bench_group(run, seeds=seeds, steps=steps)
         gen = bench_generation(run)
-        step_s = group["group_s"] / (3 if quick else 10)
+        one = bench_mfu(run, peak, seeds=1, steps=2 if quick else 5)
         out[task] = {
             "one_pass": bench_one_pass(run),
-            "group_training": group,
-            "mfu_cpu": bench_mfu(run, peak, seeds=4 if quick else 16, steps=2 if quick else 5),
-            "generation_share": gen["generation_s_per_step"] / step_s,
+            "group_training": group | {"ceiling": 1 / one["mfu"]},
+            "mfu_cpu": bench_mfu(run, peak, seeds=seeds, steps=2 if quick else 5),
+            "mfu_cpu_one_seed": one,
+            "generation_share": gen["generation_s_per_step"] / (group["group_s"] / steps),
+            "profile": profile_step(run, seeds=seeds, steps=1 if quick else 2),
         }
     if not quick:
         out["mfu_paper"] = bench_mfu(paper("parity"), peak, seeds=1, steps=2)
+    flops = run_all_flops("cpu")
+    limit = sum(flops.values()) / peak / 60
+    mfu = min(out[t]["mfu_cpu"]["mfu"] for t in ("parity", "chain"))
+    out["run_all"] = {"flops": flops, "limit_minutes": limit, "at_cpu_mfu_minutes": limit / mfu}
+    out["run_all"]["goal"] = GOALS["run_all_minutes"]
+    if results is not None and Path(results).exists():
+        out["run_all"]["recorded_minutes"] = {k: v / 60 for k, v in measured_walls(results).items()}
+        out["pages"] = bench_pages(Path(results))
     return out
 
 
 def format_report(result: dict) -> str:
-    lines = [f"fp32 matmul peak: {result['matmul_peak_gflops']:.1f} GFLOP/s"]
+    lines = [f"fp32 matmul peak: {result['matmul_peak_gflops']:.1f} GFLOP/s ({result.get('threads', '?')} threads)"]
     for task in ("parity", "chain"):
         r = result[task]
+        g = r["group_training"]
         lines += [
             f"{task}: one pass of 24 loops vs 24 forwards: {r['one_pass']['ratio']:.1f}x (goal >= 10x)",
-            f"{task}: 16 seeds as one group vs one at a time: {r['group_training']['ratio']:.2f}x (goal >= 3x)",
+            f"{task}: 16 seeds as one group vs one at a time: {g['ratio']:.2f}x (goal >= 3x; ceiling "
+            f"{g['ceiling']:.2f}x = peak / one seed's FLOP/s, {r['mfu_cpu_one_seed']['mfu']:.1%} of peak)",
             f"{task}: training FLOP/s / peak (cpu preset): {r['mfu_cpu']['mfu']:.1%} (goal >= 50%)",
             f"{task}: task generation / training step: {r['generation_share']:.1%} (goal <= 5%)",
+            f"{task}: profile (self CPU time): "
+            + ", ".join(f"{op} {share:.0%}" for op, share in list(r["profile"].items())[:5]),
         ]
     if "mfu_paper" in result:
         lines.append(f"paper preset: training FLOP/s / peak: {result['mfu_paper']['mfu']:.1%} (goal >= 80%)")
+    ra = result["run_all"]
+    lines.append(
+        f"run all --preset cpu: {sum(ra['flops'].values()) / 1e12:.1f} TFLOP "
+        f"(E2 {ra['flops']['e2'] / 1e12:.1f}, E3 {ra['flops']['e3'] / 1e12:.1f}, E4 {ra['flops']['e4'] / 1e12:.1f}); "
+        f"physical limit {ra['limit_minutes']:.1f} min, at the measured cpu-preset FLOP/s "
+        f"{ra['at_cpu_mfu_minutes']:.1f} min (goal <= 45 min)"
+    )
+    if "recorded_minutes" in ra:
+        rec = ra["recorded_minutes"]
+        lines.append(
+            "  recorded in the result manifests (training and refits, no evaluation, as they ran): "
+            + ", ".join(f"{k.upper()} {v:.1f} min" for k, v in rec.items())
+        )
+    for page, t in result.get("pages", {}).items():
+        lines.append(f"page {page}: cold {t['cold_s']:.2f} s, warm {t['warm_s']:.2f} s")
     return "\n".join(lines)

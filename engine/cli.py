@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -166,27 +167,36 @@ def cmd_eval(args) -> int:
     return 0
 
 
+EXPERIMENTS = ("e2", "e3", "e4")
+
+
 def cmd_run(args) -> int:
+    """One experiment, or `all` (E2, E3, E4 in order; each reuses what the one before cached)."""
     import importlib
 
-    module = importlib.import_module(f"engine.{args.experiment}")
+    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    modules = [importlib.import_module(f"engine.{name}") for name in names]
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
     seeds = parse_seeds(args.seeds)
     tasks = [t.strip() for t in args.tasks.split(",")]
-    unknown = sorted(set(tasks) - set(module.TASKS))
-    if unknown:
-        raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(module.TASKS)}.")
+    for module in modules:
+        unknown = sorted(set(tasks) - set(module.TASKS))
+        if unknown:
+            raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(module.TASKS)}.")
     store = open_store(args)
-    if args.backend == "ray":
-        from engine.fanout import experiment_units
+    device = device_of(args)
+    for name, module in zip(names, modules, strict=True):
+        if args.backend == "ray":
+            from engine.fanout import experiment_units
 
-        units = [(cfg, seeds, label) for cfg, label in experiment_units(args.experiment, args.preset, tasks)]
-        device = ray_fan_out(args, units, store, group_size=16)
-    else:
-        device = device_of(args)
-    rows = module.run(args.preset, seeds, store, device, tasks)
-    print(module.report(rows, args.preset))
+            units = [(cfg, seeds, label) for cfg, label in experiment_units(name, args.preset, tasks)]
+            device = ray_fan_out(args, units, store, group_size=16)
+        start = time.perf_counter()
+        rows = module.run(args.preset, seeds, store, device, tasks)
+        if len(names) > 1:
+            print(f"\n== {name.upper()} ({time.perf_counter() - start:.0f} s)")
+        print(module.report(rows, args.preset))
     return 0
 
 
@@ -231,7 +241,7 @@ def cmd_ouro(args) -> int:
 def cmd_bench(args) -> int:
     from engine import bench
 
-    result = bench.run_all(quick=args.quick)
+    result = bench.run_all(quick=args.quick, results=results_dir(args))
     print(json.dumps(result, indent=2) if args.json else bench.format_report(result))
     return 0
 
@@ -318,8 +328,8 @@ def build_parser() -> Parser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2, e3, e4")
-    p.add_argument("experiment", choices=["e2", "e3", "e4"])
+    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2, e3, e4, or all")
+    p.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
     p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")
@@ -344,7 +354,7 @@ def build_parser() -> Parser:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bf16 on GPU")
     p.set_defaults(func=cmd_ouro)
 
-    p = sub.add_parser("bench", help="measure every fast path against its baseline, as ratios")
+    p = sub.add_parser("bench", parents=[common], help="measure every fast path against its baseline, as ratios")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="fewer seeds and steps (seconds, noisier)")
     p.set_defaults(func=cmd_bench)

@@ -12,11 +12,16 @@ import pandas as pd
 
 from engine import stats
 from engine.model import BOUNDARIES
-from engine.presets import preset, train_ranges
+from engine.presets import RunConfig, preset, train_ranges
 from engine.store import Store
 
 TASKS = ("parity", "chain")
 PAPER = {"max_delta_beyond": 0.867, "surgery_acc_at_T": 0.0, "surgery_norm_ratio": 2.021, "negligible": -0.147}
+
+
+def trainings(preset_name: str, tasks=TASKS) -> list[tuple[RunConfig, str]]:
+    """The configurations E2 trains, each with the experiment that owns its runs (read by the Ray fan-out)."""
+    return [(preset(preset_name, task, boundary), "e2") for task in tasks for boundary in BOUNDARIES]
 
 
 def run(
@@ -26,13 +31,11 @@ def run(
     from engine.experiments import collect, ensure_runs, ensure_surgery  # training code: only when running
 
     keys = []
-    for task in tasks:
-        by_mode = {}
-        for boundary in BOUNDARIES:
-            cfg = preset(preset_name, task, boundary)
-            by_mode[boundary] = ensure_runs(cfg, seeds, store, "e2", device, progress=progress)
-        ensure_surgery(store, by_mode["norm"], cfg.eval_loops, "e2", device, progress)
-        keys += by_mode["norm"] + by_mode["none"]
+    for cfg, label in trainings(preset_name, tasks):
+        got = ensure_runs(cfg, seeds, store, label, device, progress=progress)
+        if cfg.model.boundary == "norm":  # the surgery: norm-trained models run without the norm
+            ensure_surgery(store, got, cfg.eval_loops, "e2", device, progress)
+        keys += got
     rows = collect(store, keys, "e2")
     store.write_table(f"e2-{preset_name}", rows)
     return rows

@@ -39,7 +39,7 @@ ORIGINAL, IN_RANGE, STATE = "original", 0, "refit.safetensors"
 PLATEAU_TOL, PLATEAU_WINDOW = 0.02, 2  # plateau: each of the last 2 intervals (doublings) moves < 0.02
 REFIT = {
     "smoke": rf.RefitConfig(schedule=(0, 25, 50, 100, 200, 400), lr=3e-3),
-    "cpu": rf.RefitConfig(schedule=(0, 50, 100, 200, 400, 800, 1600, 3200)),
+    "cpu": rf.RefitConfig(schedule=(0, 50, 100, 200, 400, 800, 1600)),
     "paper": rf.RefitConfig(schedule=(0, 100, 200, 400, 800, 1600, 3200, 6400), lr=5e-4),
 }
 
@@ -135,13 +135,18 @@ def refit_config(preset_name: str) -> rf.RefitConfig:
     return REFIT.get(preset_name, rf.RefitConfig())
 
 
+def trainings(preset_name: str, tasks=TASKS) -> list[tuple[RunConfig, str]]:
+    """The models E3 refits: E2's norm-trained ones (trained as E2's if E2 has not run)."""
+    return [(preset(preset_name, task, "norm"), "e2") for task in tasks]
+
+
 def run(
     preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True,
     refit_cfg: rf.RefitConfig | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """Refit the norm models of each task (training them first if E2 has not); write the e3 table."""
     cfg = refit_cfg or refit_config(preset_name)
-    rows = [refit_runs(preset(preset_name, t, "norm"), seeds, store, cfg, device, progress) for t in tasks]
+    rows = [refit_runs(run, seeds, store, cfg, device, progress) for run, _ in trainings(preset_name, tasks)]
     rows = pd.concat(rows, ignore_index=True)
     store.write_table(f"e3-{preset_name}", rows)
     return rows

@@ -16,11 +16,20 @@ import pandas as pd
 
 from engine import stats
 from engine.model import BOUNDARIES
-from engine.presets import preset
+from engine.presets import RunConfig, preset
 from engine.store import Store
 
 TASKS = ("parity", "chain")
 AXES = {"n": "inference loop count n", "ratio": "overshoot ratio n/T", "difference": "overshoot n − T"}
+
+
+def trainings(preset_name: str, tasks=TASKS) -> list[tuple[RunConfig, str]]:
+    """Per task: E2's looped models (reused, or trained as E2's if E2 has not run) and the stacked twin."""
+    out = []
+    for task in tasks:
+        out += [(preset(preset_name, task, boundary), "e2") for boundary in BOUNDARIES]
+        out.append((preset(preset_name, task, "norm", arch="stacked"), "e4"))
+    return out
 
 
 def run(
@@ -30,13 +39,11 @@ def run(
     from engine.experiments import collect, ensure_runs, ensure_surgery  # training code: only when running
 
     keys = []
-    for task in tasks:
-        for boundary in BOUNDARIES:  # E2's looped models, trained if E2 has not run yet
-            keys += ensure_runs(preset(preset_name, task, boundary), seeds, store, "e2", device, progress=progress)
-        cfg = preset(preset_name, task, "norm", arch="stacked")
-        stacked = ensure_runs(cfg, seeds, store, "e4", device, progress=progress)
-        ensure_surgery(store, stacked, cfg.eval_loops, "e4", device, progress)
-        keys += stacked
+    for cfg, label in trainings(preset_name, tasks):
+        got = ensure_runs(cfg, seeds, store, label, device, progress=progress)
+        if cfg.model.arch == "stacked":  # evaluated in both modes (see the module docstring)
+            ensure_surgery(store, got, cfg.eval_loops, "e4", device, progress)
+        keys += got
     rows = collect(store, keys, "e4")
     store.write_table(f"e4-{preset_name}", rows)
     return rows

@@ -13,22 +13,18 @@ import os
 import sys
 import time
 
-from engine.model import BOUNDARIES
-from engine.presets import RunConfig, preset
+from engine.presets import RunConfig
 from engine.store import Store
 
 GPU_FRACTION = 0.25
 
 
 def experiment_units(experiment: str, preset_name: str, tasks) -> list[tuple[RunConfig, str]]:
-    """The trainings (config, experiment label) that `loopscope run <experiment>` starts, as e2/e3/e4's run()
-    do; one this misses is still trained, only locally."""
-    looped = [(preset(preset_name, t, b), "e2") for t in tasks for b in BOUNDARIES]
-    if experiment == "e3":
-        return [(preset(preset_name, t, "norm"), "e2") for t in tasks]
-    if experiment == "e4":
-        return looped + [(preset(preset_name, t, "norm", arch="stacked"), "e4") for t in tasks]
-    return looped
+    """The trainings (config, experiment label) that `loopscope run <experiment>` starts: the experiment
+    module's own list, the one its run() iterates over."""
+    import importlib
+
+    return importlib.import_module(f"engine.{experiment}").trainings(preset_name, tasks)
 
 
 def _train_unit(cfg: RunConfig, group: list[int], experiment: str, device: str):

@@ -9,6 +9,10 @@ bit-identical (tested):
     head+last    lm_head and the block's last layer (index L-1)
     head+first   lm_head and the block's first layer (index 0); beyond the paper
     head+middle  lm_head and the block's middle layer (index L // 2); beyond the paper
+    head+last.attn / head+last.mlp
+                 lm_head and one half of the last layer: the attention sublayer with its two sandwich
+                 norms, or the MLP sublayer with its two. Beyond the paper: with a 1-layer block (the
+                 `cpu` preset) first = middle = last, and these halves are what still localises the damage.
 
 A layer of the block is tied across loop steps, so refitting it changes every step that uses it. For
 a 1-layer block first = middle = last: `distinct_targets` folds targets that name the same parameters,
@@ -37,7 +41,11 @@ from engine.model import LoopedLM
 from engine.presets import RunConfig
 from engine.train import clip_per_member, member_losses, resolve_device
 
-TARGETS = ("head", "head+last", "head+first", "head+middle")
+TARGETS = ("head", "head+last", "head+first", "head+middle", "head+last.attn", "head+last.mlp")
+SUBLAYERS = {  # parameter-name prefixes of each half of a sandwich layer (engine.model.Layer)
+    "attn": ("input_layernorm.", "self_attn.", "input_layernorm_2."),
+    "mlp": ("post_attention_layernorm.", "mlp.", "post_attention_layernorm_2."),
+}
 MIN_GAP = 0.05  # acc_original - acc_removed below this: nothing to recover, recovery is NaN
 
 
@@ -63,21 +71,28 @@ class RefitConfig:
 
 def layer_index(target: str, layers: int) -> int | None:
     """The block layer a target refits with the head (None for the head alone)."""
-    return {"head": None, "head+last": layers - 1, "head+first": 0, "head+middle": layers // 2}[target]
+    base = target.split(".")[0]
+    return {"head": None, "head+last": layers - 1, "head+first": 0, "head+middle": layers // 2}[base]
+
+
+def part(target: str) -> str | None:
+    """The half of the layer a target refits ("attn", "mlp"), or None for the whole layer."""
+    return target.split(".")[1] if "." in target else None
 
 
 def distinct_targets(targets: tuple[str, ...], layers: int) -> dict[str, list[str]]:
     """{computed target: the requested targets that name the same parameters (itself first)}."""
     out: dict[str, list[str]] = {}
+    where = lambda t: (layer_index(t, layers), part(t))  # noqa: E731
     for t in targets:
-        same = next((c for c in out if layer_index(c, layers) == layer_index(t, layers)), t)
+        same = next((c for c in out if where(c) == where(t)), t)
         out.setdefault(same, []).append(t)
     return out
 
 
 def refit_names(model: LoopedLM, target: str) -> list[str]:
-    i = layer_index(target, model.cfg.layers_per_block)
-    prefix = () if i is None else (f"layers.{i}.",)
+    i, half = layer_index(target, model.cfg.layers_per_block), part(target)
+    prefix = () if i is None else tuple(f"layers.{i}.{p}" for p in (SUBLAYERS[half] if half else ("",)))
     return [n for n, _ in model.named_parameters() if n == "lm_head.weight" or n.startswith(prefix)]
 
 

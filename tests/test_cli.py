@@ -1,6 +1,7 @@
 """The command line: the happy path end to end, and every bad input ends in one sentence and exit 2."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -43,6 +44,7 @@ def test_train_list_eval_check(tmp_path, capsys):
         (["eval", "0123456789abcdef", "--loops", "one-two"], "cannot read --loops"),
         (["eval", "0123456789abcdef", "--loops", "0-4"], "start at 1"),
         (["train", "--preset", "smoke", "--group-size", "0"], "--group-size"),
+        (["run", "all", "--preset", "smoke", "--tasks", "parity,sorting"], "unknown task 'sorting'"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path, capsys, argv, phrase):
@@ -68,3 +70,26 @@ def test_module_entry_point_has_no_traceback(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "no run 'nope'" in proc.stderr
+
+
+def test_run_all_runs_e2_e3_e4_in_order_and_reruns_from_cache(tmp_path, capsys, monkeypatch):
+    from engine import experiments
+    from engine import refit as rf
+    from engine.store import Store
+
+    res = str(tmp_path / "res")
+    argv = ("run", "all", "--preset", "smoke", "--seeds", "2", "--tasks", "parity", "--results", res)
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("== ")] == ["E2", "E3", "E4"]
+    tables = {name: Store(res).read_table(f"{name}-smoke") for name in ("e2", "e3", "e4")}
+    assert all(set(t.task) == {"parity"} and t.seed.nunique() == 2 for t in tables.values())
+
+    def fail(*a, **k):
+        raise AssertionError("recomputed")
+
+    for module, name in ((experiments, "train_group"), (rf, "refit")):
+        monkeypatch.setattr(module, name, fail)
+    code, again, _ = run(capsys, *argv)
+    untimed = lambda text: re.sub(r"\(\d+ s\)", "", text)  # noqa: E731
+    assert code == 0 and untimed(again) == untimed(out)

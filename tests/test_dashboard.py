@@ -44,8 +44,8 @@ def damaged(results, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def all_tables(results, tmp_path_factory):
-    """The smoke results plus small E3, E4 and E1 tables shaped as the SPEC gives them, derived from E2's rows
-    (the engine does not make them yet): they exercise those pages' drawing code, not the science."""
+    """The smoke results plus small E3, E4 and E1 tables shaped as the engine writes them, derived from E2's
+    rows in milliseconds instead of trained: they exercise those pages' drawing code, not the science."""
     root = tmp_path_factory.mktemp("all")
     shutil.copytree(results, root, dirs_exist_ok=True)
     rows = pd.read_parquet(root / "e2-smoke.parquet")
@@ -152,6 +152,9 @@ def test_refit_page_draws_recovery_with_the_paper_levels(monkeypatch, all_tables
     (spec,) = charts_on(at)
     levels = [layer for layer in spec["layer"] if layer.get("name") == "reference-level"]
     assert levels and at.selectbox(key="n").value == 3  # defaults to n = T
+    ends = at.dataframe[0].value  # where each target ends: every target once, at its last step
+    assert list(ends["refit target"]) == ["head", "head+last"] and set(ends["steps"]) == {100}
+    assert ends["plateau"].dtype == bool
 
 
 def test_stacked_page_switches_the_x_axis(monkeypatch, all_tables):

@@ -25,7 +25,7 @@ def test_table_columns_targets_and_identities(e3_rows):
     pd.testing.assert_frame_equal(store.read_table("e3-smoke"), rows)
     assert set(rows.metric) == {"accuracy", "recovery"} and set(rows.experiment) == {"e3"}
     # a 1-layer block: first = middle = last, computed once under head+last
-    assert set(rows.refit_target) == {"original", "head", "head+last"}
+    assert set(rows.refit_target) == {"original", "head", "head+last", "head+last.attn", "head+last.mlp"}
     assert set(rows.refit_steps) == {0, 5, 10, 20} and set(rows.seed) == {0, 1}
     assert set(rows.loc[rows.refit_target == "original", "boundary"]) == {"norm"}
     assert set(rows.loc[rows.refit_target != "original", "boundary"]) == {"norm->none"}
@@ -67,7 +67,8 @@ def test_rerun_computes_nothing(e3_rows, monkeypatch):
 def test_summary_claims_and_text(e3_rows):
     _, rows = e3_rows
     summary = e3.summarize(rows, "smoke")
-    assert set(summary.refit_target) == {"head", "head+last"} and summary.eval_loops.min() == 3
+    assert set(summary.refit_target) == {"head", "head+last", "head+last.attn", "head+last.mlp"}
+    assert summary.eval_loops.min() == 3
     assert (summary.n + summary.n_guarded == 2).all()
     assert {"mean", "ci_low", "ci_high", "plateau", "acc_original", "acc_removed", "acc_refit", "pooled"} <= set(
         summary.columns
@@ -109,6 +110,6 @@ def test_a_corrupt_refit_is_redone_alone(e3_rows, monkeypatch, capsys):
     monkeypatch.setattr(experiments, "train_group", lambda *a, **k: (_ for _ in ()).throw(AssertionError("retrained")))
     monkeypatch.setattr(rf, "refit", recording)
     again = e3.run("smoke", [0, 1], store, tasks=("parity",), progress=False, refit_cfg=SHORT)
-    assert refit_seeds == [[1], [1]]  # head and head+last, for seed 1 only
+    assert refit_seeds == [[1]] * 4  # head, head+last and its two halves, for seed 1 only
     assert "does not match its checksum" in capsys.readouterr().err
     assert e3.RefitStore(store.root / "refits").status(key) == "ok" and again.shape == rows.shape

@@ -301,3 +301,31 @@ def test_offline_push_and_pull_end_in_one_sentence(small_results, tmp_path, monk
     assert main([command, "--repo", "org/results", "--results", str(results)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("loopscope: error: cannot reach the Hugging Face Hub") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("experiment", ["e2", "e3", "e4"])
+def test_the_fan_out_trains_what_the_experiment_would(experiment, monkeypatch):
+    """The Ray fan-out reads the same list of trainings that the experiment's run() goes through."""
+    import importlib
+
+    import pandas as pd
+
+    module, trained = importlib.import_module(f"engine.{experiment}"), []
+
+    def record(cfg, seeds, store, label, *a, **k):
+        trained.append((cfg, label))
+        return []
+
+    monkeypatch.setattr(experiments, "ensure_runs", record)
+    monkeypatch.setattr(experiments, "ensure_surgery", lambda *a, **k: None)
+    monkeypatch.setattr(experiments, "collect", lambda *a, **k: pd.DataFrame())
+    if experiment == "e3":
+        monkeypatch.setattr(module, "refit_runs", lambda run, *a, **k: record(run, [], None, "e2") or pd.DataFrame())
+
+    class NoTables:
+        def write_table(self, name, rows):
+            pass
+
+    module.run("smoke", [0, 1], NoTables(), tasks=("parity", "chain"), progress=False)
+    units = fanout.experiment_units(experiment, "smoke", ("parity", "chain"))
+    assert trained == units and len(units) == {"e2": 4, "e3": 2, "e4": 6}[experiment]

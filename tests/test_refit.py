@@ -20,16 +20,26 @@ def three_layer():
 
 
 def test_targets_name_the_intended_layers():
-    assert [rf.layer_index(t, 3) for t in rf.TARGETS] == [None, 2, 0, 1]
-    assert rf.distinct_targets(rf.TARGETS, 1) == {
-        "head": ["head"],
-        "head+last": ["head+last", "head+first", "head+middle"],
-    }
-    assert rf.distinct_targets(rf.TARGETS, 2) == {
-        "head": ["head"],
-        "head+last": ["head+last", "head+middle"],
-        "head+first": ["head+first"],
-    }
+    assert [rf.layer_index(t, 3) for t in rf.TARGETS] == [None, 2, 0, 1, 2, 2]
+    assert [rf.part(t) for t in rf.TARGETS] == [None, None, None, None, "attn", "mlp"]
+    halves = {"head+last.attn": ["head+last.attn"], "head+last.mlp": ["head+last.mlp"]}
+    assert (
+        rf.distinct_targets(rf.TARGETS, 1)
+        == {
+            "head": ["head"],
+            "head+last": ["head+last", "head+first", "head+middle"],
+        }
+        | halves
+    )
+    assert (
+        rf.distinct_targets(rf.TARGETS, 2)
+        == {
+            "head": ["head"],
+            "head+last": ["head+last", "head+middle"],
+            "head+first": ["head+first"],
+        }
+        | halves
+    )
     assert list(rf.distinct_targets(rf.TARGETS, 6)) == list(rf.TARGETS)
 
 
@@ -38,8 +48,13 @@ def test_only_the_target_changes_and_the_frozen_loop_is_bit_identical(three_laye
     run, model = three_layer
     before = {k: v.clone() for k, v in model.state_dict().items()}
     res = rf.refit(model, run, [0, 1], target, rf.RefitConfig(schedule=(0, 3), lr=1e-2), n_max=run.model.trained_loops)
-    layer = rf.layer_index(target, 3)
+    layer, half = rf.layer_index(target, 3), rf.part(target)
     expected = {"lm_head.weight"} | {k for k in before if layer is not None and k.startswith(f"layers.{layer}.")}
+    if half:  # one sandwich half: its sublayer and the two norms around it, 1 + 4 or 1 + 3 tensors
+        owned = {"attn": ("self_attn", "input_layernorm."), "mlp": ("mlp.", "post_attention_layernorm.")}[half]
+        owned += {"attn": ("input_layernorm_2",), "mlp": ("post_attention_layernorm_2",)}[half]
+        expected = {k for k in expected if k == "lm_head.weight" or any(o in k for o in owned)}
+        assert len(expected) == {"attn": 7, "mlp": 6}[half]
     assert set(res.names) == expected
     after = res.model.state_dict()
     for k, v in before.items():

@@ -9,7 +9,10 @@ st.title("Readout refit (E3)")
 st.markdown(
     "Take `norm`-trained models, run them without the norm (accuracy drops), freeze the loop and refit "
     "(a) the head alone or (b) the head with the block's last layer. Recovery = (acc_refit − acc_removed) / "
-    "(acc_original − acc_removed), per seed. Paper: (a) recovers about a third and plateaus, (b) recovers all of it."
+    "(acc_original − acc_removed), per seed. Paper: (a) recovers about a third and plateaus, (b) recovers all of it. "
+    "Beyond the paper: the head with the first or the middle layer, and with one half of the last layer "
+    "(`.attn`: the attention sublayer and its two norms; `.mlp`: the MLP and its two), to locate the damage. "
+    "Targets that name the same parameters (a 1-layer block: first = middle = last) are computed once."
 )
 table = views.load("e3", "E3 refits the readout of the E2 norm-trained models.", "loopscope run e3 --preset cpu")
 if table is None:
@@ -62,3 +65,19 @@ caption = charts.caption(
     views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE if metric == "accuracy" else None, what
 )
 ui.figure(chart, stats, f"e3-{table.preset}-{task}-{metric}-n{n}".replace(" ", "_"), caption)
+
+st.subheader("Where each target ends")
+last = stats.sort_values("refit_steps").groupby("series").tail(3)  # the last two doublings of refit steps
+ends = last.groupby("series", sort=False).agg(
+    steps=("refit_steps", "max"),
+    mean=("mean", "last"),
+    ci_low=("ci_low", "last"),
+    ci_high=("ci_high", "last"),
+    last_moves=("mean", lambda m: float(m.diff().abs().max())),
+)
+ends["plateau"] = ends["last_moves"] < 0.02
+st.dataframe(ends.reset_index().rename(columns={"series": "refit target"}), hide_index=True)
+st.caption(
+    f"{views.METRIC_TITLES[metric]} at the last refit step ({task}, n = {n}, {label}); `last_moves`: the largest "
+    "change of the seed mean over the last two doublings of steps; plateau: every such change < 0.02."
+)

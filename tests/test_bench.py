@@ -1,0 +1,78 @@
+"""`loopscope bench`'s counting and timing pieces: FLOPs by hand, recorded walls, page timings, the report."""
+
+import json
+
+import pytest
+
+from engine import bench
+from engine.model import ModelConfig
+from engine.presets import smoke
+from tests.test_dashboard import smoke_results
+
+
+def test_forward_flops_by_hand():
+    cfg = ModelConfig(vocab_size=10, d_model=4, n_heads=2, d_ff=6, layers_per_block=2, trained_loops=3)
+    # per token and layer: 2 * (4*16 + 3*24) = 272 for the projections, 2*2*4*(5+1)/2 = 48 for attention
+    assert bench.forward_flops(cfg, seq=5, loops=3, readout_positions=2) == 5 * 2 * 3 * (272 + 48) + 2 * 4 * 10 * 2
+
+
+def test_training_and_run_all_flops_scale_with_seeds_and_steps():
+    run = smoke("parity")
+    one = bench.training_flops(run, 1, steps=5)
+    assert bench.training_flops(run, 3, steps=5) == pytest.approx(3 * one)
+    schedule = bench.tasks.difficulty_schedule(run.task, 5)
+    assert one == pytest.approx(sum(bench.train_step_flops(run, bench.seq_len(run.task, d)) for d in schedule))
+    total = bench.run_all_flops("smoke", seeds=2, task_names=("parity",))
+    assert set(total) == {"e2", "e3", "e4"} and all(v > 0 for v in total.values())
+    assert bench.run_all_flops("smoke", seeds=4, task_names=("parity",))["e2"] == pytest.approx(2 * total["e2"])
+
+
+def test_recorded_walls_count_each_group_once(tmp_path):
+    def manifest(folder, **m):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "manifest.json").write_text(json.dumps(m))
+
+    for i in range(3):  # one group of three seeds: one wall
+        manifest(f"runs/r{i}", experiment="e2", wall_time_s=100.0, group_size=3)
+    manifest("runs/s0", experiment="e4", wall_time_s=40.0, group_size=1)
+    for i in range(2):
+        manifest(f"refits/f{i}", experiment="e3", wall_time_s={"head": 10.0, "head+last": 30.0}, group_size=2)
+    assert bench.measured_walls(tmp_path) == {"e2": 100.0, "e3": 40.0, "e4": 40.0}
+
+
+def test_page_timings_on_smoke_results(tmp_path_factory):
+    timings = bench.bench_pages(smoke_results(tmp_path_factory), pages=("overview", "accuracy"))
+    assert set(timings) == {"overview", "accuracy"}
+    assert all(t["cold_s"] > 0 and t["warm_s"] > 0 for t in timings.values())
+
+
+def test_report_names_every_figure():
+    task = {
+        "one_pass": {"ratio": 12.0},
+        "group_training": {"ratio": 1.1, "ceiling": 2.5},
+        "mfu_cpu": {"mfu": 0.41},
+        "mfu_cpu_one_seed": {"mfu": 0.4},
+        "generation_share": 0.01,
+        "profile": {"bmm": 0.4, "mul": 0.2},
+    }
+    flops = bench.run_all_flops("smoke", seeds=1, task_names=("parity",))
+    result = {"matmul_peak_gflops": 100.0, "threads": 2, "parity": task, "chain": replace_ratio(task)}
+    result |= {"mfu_paper": {"mfu": 0.8}, "pages": {"overview": {"cold_s": 0.2, "warm_s": 0.1}}}
+    result["run_all"] = {
+        "flops": flops,
+        "limit_minutes": 1.0,
+        "at_cpu_mfu_minutes": 2.4,
+        "recorded_minutes": {"e2": 3.0},
+    }
+    text = bench.format_report(result)
+    for phrase in ("12.0x", "ceiling 2.50x", "41.0%", "bmm 40%", "80.0%", "physical limit 1.0 min", "E2 3.0 min",
+                   "page overview: cold 0.20 s", "0.83x"):  # fmt: skip
+        assert phrase in text, phrase
+
+
+def replace_ratio(task: dict) -> dict:
+    return task | {"group_training": {"ratio": 0.83, "ceiling": 2.5}}
+
+
+def test_smoke_preset_is_not_the_cpu_one():  # the run-all figure counts the preset it names
+    assert bench.run_all_flops("smoke", 1, ("parity",))["e2"] < bench.run_all_flops("cpu", 1, ("parity",))["e2"]
