@@ -33,18 +33,22 @@ PAGES = ("overview", "accuracy", "norms", "refit", "stacked", "ouro", "runs")
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 
 
-def timed(fn: Callable[[], object], repeat: int = 1) -> float:
-    fn()  # warm-up: allocator, kernels, caches
+def timed(fn: Callable[[], object], repeat: int = 1, device: str = "cpu") -> float:
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+    fn()  # warm-up: allocator, kernels, caches (and compilation)
+    sync()
     start = time.perf_counter()
     for _ in range(repeat):
         fn()
+    sync()
     return (time.perf_counter() - start) / repeat
 
 
-def matmul_peak(n: int = 2048, repeat: int = 5) -> float:
-    """This machine's fp32 matmul throughput (FLOP/s) at a size that saturates it."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    return 2 * n**3 / timed(lambda: a @ b, repeat)
+def matmul_peak(n: int = 2048, repeat: int = 5, device: str = "cpu", dtype=torch.float32) -> float:
+    """This machine's matmul throughput (FLOP/s) at a size that saturates it: fp32 on the CPU; on a GPU
+    the dtype training runs its matmuls in (bf16 under autocast)."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n**3 / timed(lambda: a @ b, repeat, device)
 
 
 def forward_flops(cfg: ModelConfig, seq: int, loops: int, readout_positions: int) -> float:
@@ -76,23 +80,32 @@ def bench_group(run: RunConfig, seeds: int = 16, steps: int = 10) -> dict:
     return {"group_s": group, "one_at_a_time_s": alone, "ratio": alone / group, "goal": GOALS["group_training"]}
 
 
-def bench_mfu(run: RunConfig, peak: float, seeds: int, steps: int = 5) -> dict:
-    """Achieved training FLOP/s over the fp32 matmul peak, at the hardest training difficulty."""
-    model = build(run.model, list(range(seeds)))
+def bench_mfu(run: RunConfig, peak: float, seeds: int, steps: int = 5, device: str = "cpu", compile=False) -> dict:
+    """Achieved training FLOP/s over the matmul peak, at the hardest training difficulty (on CUDA under
+    bf16 autocast, as training runs there; compile: through torch.compile)."""
+    model = build(run.model, list(range(seeds))).to(device)
+    forward = torch.compile(model, dynamic=True) if compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
     d = max(run.task.train_difficulties)
     batches = [tasks.sample(run.task, d, run.train.batch_size, tasks.train_generator(s)) for s in range(seeds)]
-    x, y = torch.stack([b.tokens for b in batches]), torch.stack([b.targets for b in batches])
+    x, y = (torch.stack([getattr(b, k) for b in batches]).to(device) for k in ("tokens", "targets"))
 
     def step():
-        out = model(x, all_positions=True, readout_steps="last")
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            out = forward(x, all_positions=True, readout_steps="last")
         opt.zero_grad(set_to_none=True)
         member_losses(out.logits, y).sum().backward()
         opt.step()
 
-    seconds = timed(step, steps)
+    seconds = timed(step, steps, device)
     flops = seeds * train_step_flops(run, x.shape[-1])
-    return {"step_s": seconds, "flop_per_s": flops / seconds, "mfu": flops / seconds / peak}
+    tokens = seeds * run.train.batch_size * x.shape[-1]
+    return {
+        "step_s": seconds,
+        "tokens_per_s": tokens / seconds,
+        "flop_per_s": flops / seconds,
+        "mfu": flops / seconds / peak,
+    }
 
 
 def profile_step(run: RunConfig, seeds: int = 16, steps: int = 2, top: int = 8) -> dict[str, float]:
@@ -215,6 +228,32 @@ def bench_pages(root: Path, pages=PAGES) -> dict[str, dict[str, float]]:
         at.run()
         out[page] = {"cold_s": cold, "warm_s": time.perf_counter() - start}
     return out
+
+
+def run_device(device: str = "cuda", compile: bool = False, steps: int = 10) -> dict:
+    """The `paper` preset's training throughput on an accelerator: bf16 autocast, SDPA attention (flash
+    where the GPU has it), optionally torch.compile; against the device's bf16 matmul peak."""
+    peak = matmul_peak(8192, 10, device, torch.bfloat16)
+    out: dict = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else device,
+        "bf16_peak_tflops": peak / 1e12,
+    }
+    for task in ("parity", "chain"):
+        out[task] = {"eager": bench_mfu(paper(task), peak, seeds=1, steps=steps, device=device)}
+        if compile:
+            out[task]["compiled"] = bench_mfu(paper(task), peak, 1, steps, device, compile=True)
+    return out
+
+
+def format_device_report(result: dict) -> str:
+    lines = [f"{result['device']}: bf16 matmul peak {result['bf16_peak_tflops']:.1f} TFLOP/s"]
+    for task in ("parity", "chain"):
+        for how, r in result[task].items():
+            lines.append(
+                f"paper preset, {task}, {how}: {r['step_s'] * 1e3:.1f} ms/step, {r['tokens_per_s']:,.0f} tokens/s, "
+                f"{r['flop_per_s'] / 1e12:.1f} TFLOP/s = {r['mfu']:.1%} of the peak"
+            )
+    return "\n".join(lines)
 
 
 def run_all(peak: float | None = None, quick: bool = False, results: Path | None = None) -> dict:

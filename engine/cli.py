@@ -241,8 +241,14 @@ def cmd_ouro(args) -> int:
 def cmd_bench(args) -> int:
     from engine import bench
 
-    result = bench.run_all(quick=args.quick, results=results_dir(args))
-    print(json.dumps(result, indent=2) if args.json else bench.format_report(result))
+    if args.device == "cpu":
+        result, report = bench.run_all(quick=args.quick, results=results_dir(args)), bench.format_report
+    else:  # the GPU script: the paper preset's throughput against the device's bf16 peak
+        device = device_of(args)
+        if device == "cpu":
+            raise UsageError("--device auto found no GPU; run `loopscope bench` for the CPU benchmark.")
+        result, report = bench.run_device(device, compile=args.compile), bench.format_device_report
+    print(json.dumps(result, indent=2) if args.json else report(result))
     return 0
 
 
@@ -357,6 +363,10 @@ def build_parser() -> Parser:
     p = sub.add_parser("bench", parents=[common], help="measure every fast path against its baseline, as ratios")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="fewer seeds and steps (seconds, noisier)")
+    p.add_argument(
+        "--device", default="cpu", choices=["auto", "cpu", "cuda"], help="cuda/auto: the paper preset on a GPU"
+    )
+    p.add_argument("--compile", action="store_true", help="with a GPU: also measure through torch.compile")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("list", parents=[common], help="list cached runs and their state")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -145,12 +146,17 @@ def train_group(
     checkpoint_path: Path | None = None,
     checkpoint_every: int = 0,
     on_step: Callable[[int, int, float], None] | None = None,
+    compile: bool | None = None,
 ) -> TrainResult:
     """Train one group of seeds. With checkpoint_path, resume from it if it holds this run, and save it
-    every checkpoint_every steps; on_step(steps done, total steps, mean loss) is called after each step."""
+    every checkpoint_every steps; on_step(steps done, total steps, mean loss) is called after each step.
+    compile (default: $LOOPSCOPE_COMPILE=1) runs the forward through torch.compile (dynamic shapes, one
+    compilation for every sequence length): worth it on a GPU, not on 2 CPU cores (README, performance)."""
     device = resolve_device(device)
     t0 = time.perf_counter()
     model = build(cfg.model, seeds).to(device)
+    compile = os.environ.get("LOOPSCOPE_COMPILE") == "1" if compile is None else compile
+    forward = torch.compile(model, dynamic=True) if compile else model
     decay = [p for p in model.parameters() if p.dim() == 3]  # matrices and embeddings
     no_decay = [p for p in model.parameters() if p.dim() != 3]  # RMSNorm gains
     t = cfg.train
@@ -176,7 +182,7 @@ def train_group(
         tokens = torch.stack([b.tokens for b in batches]).to(device, non_blocking=True)
         targets = torch.stack([b.targets for b in batches]).to(device, non_blocking=True)
         with autocast:
-            out = model(tokens, all_positions=True, readout_steps="all" if t.loss_over_steps else "last")
+            out = forward(tokens, all_positions=True, readout_steps="all" if t.loss_over_steps else "last")
         loss = member_losses(out.logits, targets)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()  # each member's gradient is the gradient of its own loss

@@ -76,3 +76,42 @@ def replace_ratio(task: dict) -> dict:
 
 def test_smoke_preset_is_not_the_cpu_one():  # the run-all figure counts the preset it names
     assert bench.run_all_flops("smoke", 1, ("parity",))["e2"] < bench.run_all_flops("cpu", 1, ("parity",))["e2"]
+
+
+def test_device_report_names_every_figure():
+    r = {"step_s": 0.05, "tokens_per_s": 1e6, "flop_per_s": 2e14, "mfu": 0.25}
+    result = {"device": "NVIDIA X", "bf16_peak_tflops": 800.0}
+    result |= {t: {"eager": r, "compiled": r | {"mfu": 0.3}} for t in ("parity", "chain")}
+    text = bench.format_device_report(result)
+    for phrase in (
+        "NVIDIA X: bf16 matmul peak 800.0",
+        "chain, compiled",
+        "50.0 ms/step",
+        "1,000,000 tokens/s",
+        "30.0%",
+    ):
+        assert phrase in text, phrase
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU the command runs the benchmark")
+def test_gpu_bench_without_a_gpu_is_one_sentence(capsys):
+    from engine.cli import main
+
+    assert main(["bench", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_compiled_training_follows_eager_training():
+    """torch.compile (LOOPSCOPE_COMPILE=1) changes how the step runs, not what it computes."""
+    from dataclasses import replace
+
+    from engine.train import train_group
+
+    run = smoke("parity")
+    run = replace(run, train=replace(run.train, steps=4))
+    eager = train_group(run, [0, 1], progress=False, compile=False)
+    compiled = train_group(run, [0, 1], progress=False, compile=True)
+    torch = __import__("torch")
+    assert torch.allclose(eager.losses, compiled.losses, atol=1e-4)
+    for k, v in eager.model.state_dict().items():
+        assert torch.allclose(v, compiled.model.state_dict()[k], atol=1e-4), k
