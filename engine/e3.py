@@ -246,11 +246,8 @@ def format_summary(summary: pd.DataFrame) -> str:
 
 
 def report(rows: pd.DataFrame, preset_name: str) -> str:
+    from engine.e2 import claim_lines
+
     summary = summarize(rows, preset_name)
     trained = {t: preset(preset_name, t).model.trained_loops for t in summary["task"].unique()}
-    verdicts = [
-        f"({c['claim']}) {c['task']}: {c['text']} -- {'reproduced' if c['reproduced'] else 'NOT reproduced'}: "
-        f"{c['measured']} (paper: {c['paper']})"
-        for c in claims(summary, trained)
-    ]
-    return "\n".join([format_summary(summary), "", *verdicts])
+    return "\n".join([format_summary(summary), "", *claim_lines(claims(summary, trained))])

@@ -74,10 +74,17 @@ def compare(rows: pd.DataFrame, axis: str = "n", metric: str = "accuracy") -> pd
     return summary.assign(axis=axis, gap=summary["mean_b"] - summary["mean_a"])
 
 
-def claims(rows: pd.DataFrame) -> list[dict]:
-    """Looping's advantage at equal n, and what is left of it at matched overshoot ratio (norm mode)."""
+def summarize(rows: pd.DataFrame, preset_name: str | None = None) -> pd.DataFrame:
+    """compare() on every axis, stacked: one row per (axis, task, mode, x)."""
+    return pd.concat([compare(rows, axis) for axis in AXES], ignore_index=True)
+
+
+def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dict]:
+    """Looping's advantage at equal n, and what is left of it at matched overshoot ratio (norm mode),
+    from summarize()'s table (each row's own T is in the rows already)."""
     out = []
-    equal, matched = (compare(rows, axis)[lambda s: s["mode"] == "norm"] for axis in ("n", "ratio"))
+    norm = summary[summary["mode"] == "norm"]
+    equal, matched = norm[norm["axis"] == "n"], norm[norm["axis"] == "ratio"]
     for task in sorted(equal["task"].unique()):
         e, m = equal[equal["task"] == task], matched[matched["task"] == task]
         e = e[e["x"] > 1]  # at n = 1 neither has overshot... the stacked one is at its budget
@@ -85,7 +92,7 @@ def claims(rows: pd.DataFrame) -> list[dict]:
         out.append(
             {
                 "task": task,
-                "claim": "e4-equal-n",
+                "claim": "equal n",
                 "text": "looping is better than stacking at equal inference loop count",
                 "paper": "an advantage of looping at equal n",
                 "measured": f"mean gap {e['gap'].mean():+.3f}, mean delta {e['delta'].mean():+.3f} over n = 2..",
@@ -95,7 +102,7 @@ def claims(rows: pd.DataFrame) -> list[dict]:
         out.append(
             {
                 "task": task,
-                "claim": "e4-matched",
+                "claim": "matched n/T",
                 "text": "at matched overshoot the advantage vanishes or shrinks",
                 "paper": "vanishes on one task, shrinks on the other",
                 "measured": f"{'vanishes' if vanished else 'remains'}: mean gap {m['gap'].mean():+.3f} "
@@ -106,10 +113,10 @@ def claims(rows: pd.DataFrame) -> list[dict]:
     return out
 
 
-def format_summary(rows: pd.DataFrame) -> str:
+def format_summary(summary: pd.DataFrame) -> str:
     lines = []
     for axis in ("n", "ratio"):
-        s = compare(rows, axis)
+        s = summary[summary["axis"] == axis]
         for (task, mode), part in s.groupby(["task", "mode"]):
             lines.append(
                 f"\n{task}, {mode}: looped vs stacked at equal {AXES[axis]} (n = {int(part['n_a'].max())} seeds)"
@@ -125,4 +132,5 @@ def format_summary(rows: pd.DataFrame) -> str:
 def report(rows: pd.DataFrame, preset_name: str) -> str:
     from engine.e2 import claim_lines
 
-    return "\n".join([format_summary(rows), "", *claim_lines(claims(rows))])
+    summary = summarize(rows, preset_name)
+    return "\n".join([format_summary(summary), "", *claim_lines(claims(summary))])

@@ -50,9 +50,10 @@ def test_equal_n_and_matched_overshoot_pair_the_right_rows(table):
 
 
 def test_claims_read_the_comparison(table):
-    found = {c["claim"]: c for c in e4.claims(table)}
-    assert found["e4-equal-n"]["reproduced"]  # looped 0.9 vs stacked ~0.71 from n = 4 on
-    assert found["e4-matched"]["reproduced"]
+    found = {c["claim"]: c for c in e4.claims(e4.summarize(table, "smoke"))}
+    assert found["equal n"]["reproduced"]  # looped 0.9 vs stacked ~0.71 from n = 4 on
+    assert found["matched n/T"]["reproduced"]
+    assert "looped vs stacked at equal overshoot ratio n/T" in e4.report(table, "smoke")
 
 
 def test_unknown_axis_is_refused(table):

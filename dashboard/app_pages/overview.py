@@ -8,7 +8,7 @@ from dashboard import data, ui
 
 PAGES = Path(__file__).resolve().parent
 ACCURACY, NORMS = PAGES / "accuracy.py", PAGES / "norms.py"
-PENDING = [  # experiments whose claims are stated here until the engine reports them
+PENDING = [  # each experiment's claim as the paper states it; once its table exists, the engine's verdicts
     {
         "experiment": "e3",
         "title": "E3 · readout refit",
