@@ -159,6 +159,12 @@ def test_refit_page_draws_recovery_with_the_paper_levels(monkeypatch, all_tables
     ends = at.dataframe[0].value  # where each target ends: every target once, at its last step
     assert list(ends["refit target"]) == ["head", "head+last"] and set(ends["steps"]) == {100}
     assert ends["plateau"].dtype == bool
+    at.selectbox(key="metric").set_value("accuracy").run()
+    (spec,) = charts_on(at)
+    levels = [layer for layer in spec["layer"] if layer.get("name") == "reference-level"]
+    level_rows = spec["datasets"][levels[0]["data"]["name"]]
+    assert [r["label"].split(":")[0] for r in level_rows] == ["original, norm mode"]  # a level, not a curve
+    assert "original" not in set(at.dataframe[0].value["refit target"])
 
 
 def test_stacked_page_switches_the_x_axis(monkeypatch, all_tables):

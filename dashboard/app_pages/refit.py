@@ -37,9 +37,14 @@ with right:
 
 picked = rows[rows["eval_loops"] == n]
 per_seed = data.seed_values(picked, metric, difficulty, ["refit_target", "refit_steps"])
+original = per_seed[per_seed["refit_target"] == "original"]  # the model in norm mode: a level, not a curve
+per_seed = per_seed[per_seed["refit_target"] != "original"]
 stats = data.curve_stats(per_seed, ("refit_target", "refit_steps")).rename(columns={"refit_target": "series"})
 per_seed = per_seed.rename(columns={"refit_target": "series"})
 references = None
+if metric == "accuracy" and not original.empty:
+    level = float(original["value"].mean())
+    references = pd.DataFrame({"x": [None], "y": [level], "label": [f"original, norm mode: {level:.3f}"]})
 if metric == "recovery":
     references = pd.DataFrame(
         {
