@@ -80,15 +80,20 @@ def bench_group(run: RunConfig, seeds: int = 16, steps: int = 10) -> dict:
     return {"group_s": group, "one_at_a_time_s": alone, "ratio": alone / group, "goal": GOALS["group_training"]}
 
 
+def hardest_batch(run: RunConfig, seeds: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """One training batch per seed at the hardest training difficulty: tokens and targets (S, B, T)."""
+    d = max(run.task.train_difficulties)
+    batches = [tasks.sample(run.task, d, run.train.batch_size, tasks.train_generator(s)) for s in range(seeds)]
+    return tuple(torch.stack([getattr(b, k) for b in batches]).to(device) for k in ("tokens", "targets"))
+
+
 def bench_mfu(run: RunConfig, peak: float, seeds: int, steps: int = 5, device: str = "cpu", compile=False) -> dict:
     """Achieved training FLOP/s over the matmul peak, at the hardest training difficulty (on CUDA under
     bf16 autocast, as training runs there; compile: through torch.compile)."""
     model = build(run.model, list(range(seeds))).to(device)
     forward = torch.compile(model, dynamic=True) if compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    d = max(run.task.train_difficulties)
-    batches = [tasks.sample(run.task, d, run.train.batch_size, tasks.train_generator(s)) for s in range(seeds)]
-    x, y = (torch.stack([getattr(b, k) for b in batches]).to(device) for k in ("tokens", "targets"))
+    x, y = hardest_batch(run, seeds, device)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -113,9 +118,7 @@ def profile_step(run: RunConfig, seeds: int = 16, steps: int = 2, top: int = 8) 
     from torch.profiler import ProfilerActivity, profile
 
     model = build(run.model, list(range(seeds)))
-    d = max(run.task.train_difficulties)
-    batches = [tasks.sample(run.task, d, run.train.batch_size, tasks.train_generator(s)) for s in range(seeds)]
-    x, y = torch.stack([b.tokens for b in batches]), torch.stack([b.targets for b in batches])
+    x, y = hardest_batch(run, seeds)
 
     def step():
         member_losses(model(x, all_positions=True, readout_steps="last").logits, y).sum().backward()
