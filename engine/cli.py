@@ -184,6 +184,10 @@ def cmd_run(args) -> int:
         unknown = sorted(set(tasks) - set(module.TASKS))
         if unknown:
             raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(module.TASKS)}.")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}.")
+    if args.workers > 1 and args.backend == "ray":
+        raise UsageError("--workers is for the local backend; Ray places its tasks itself (drop --workers).")
     store = open_store(args)
     device = device_of(args)
     for name, module in zip(names, modules, strict=True):
@@ -192,6 +196,10 @@ def cmd_run(args) -> int:
 
             units = [(cfg, seeds, label) for cfg, label in experiment_units(name, args.preset, tasks)]
             device = ray_fan_out(args, units, store, group_size=16)
+        elif args.workers > 1:
+            from engine.fanout import local_fan_out
+
+            local_fan_out(name, args.preset, tasks, seeds, store, device, args.workers)
         start = time.perf_counter()
         rows = module.run(args.preset, seeds, store, device, tasks)
         if len(names) > 1:
@@ -341,6 +349,9 @@ def build_parser() -> Parser:
     p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--backend", default="local", choices=["local", "ray"], help=BACKEND_HELP)
+    p.add_argument(
+        "--workers", type=int, default=1, help="local backend: processes sharing the cores (2 is fastest on 2 cores)"
+    )
     p.set_defaults(func=cmd_run)
 
     for name, verb in (("push", "upload results to"), ("pull", "download results from")):

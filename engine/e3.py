@@ -131,6 +131,12 @@ def refit_runs(run: RunConfig, seeds, store: Store, cfg: rf.RefitConfig, device=
     return pd.concat([cache.load_rows(refit_key(k, cfg)) for k in keys], ignore_index=True)
 
 
+def missing_refits(run: RunConfig, seeds, store: Store, preset_name: str) -> list[int]:
+    """The seeds of `run` whose refits under the preset's RefitConfig are not cached (valid) yet."""
+    cfg, cache = refit_config(preset_name), RefitStore(store.root / "refits")
+    return [s for s in seeds if cache.status(refit_key(run.run_key(s), cfg)) != "ok"]
+
+
 def refit_config(preset_name: str) -> rf.RefitConfig:
     return REFIT.get(preset_name, rf.RefitConfig())
 

@@ -1,17 +1,29 @@
-"""`--backend ray`: train the seed groups and configurations a command needs as Ray tasks, then let the
-command run as usual, finding them cached (the surgery, refits and tables then run here).
+"""Work a command needs, done ahead of it in parallel; the command then runs as usual and finds it cached.
 
-A task trains and evaluates one group and returns (run key, manifest, weights, rows) per seed; the driver
-writes them into its own store, so workers need no shared folder. RAY_ADDRESS picks a running cluster;
-without it a local Ray is started for the command's duration. Where the cluster has GPUs (and --device is
-not cpu) each task asks for GPU_FRACTION of one, so four small trainings share a GPU.
+`--backend ray` trains the seed groups and configurations as Ray tasks. A task trains and evaluates one
+group and returns (run key, manifest, weights, rows) per seed; the driver writes them into its own store,
+so workers need no shared folder. RAY_ADDRESS picks a running cluster; without it a local Ray is started
+for the command's duration. Where the cluster has GPUs (and --device is not cpu) each task asks for
+GPU_FRACTION of one, so four small trainings share a GPU.
+
+`--workers N` (the local backend) runs N processes on this machine, each with cores/N threads: on 2 cores,
+two single-thread processes get more done than one process with two threads (README, performance). The
+workers write into the results folder themselves (atomic writes, one folder per run); E3's refits are
+fanned out too. The seed groups are the ones the command would train itself (a seed's rounding, and so
+its result, depends on the group it trains in: dev/LOG.md), so the results equal a one-process run's;
+the parallelism is across groups and configurations, the costliest started first.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from pathlib import Path
 
 from engine.presets import RunConfig
 from engine.store import Store
@@ -63,3 +75,76 @@ def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device:
     finally:
         if started:
             ray.shutdown()
+
+
+# ---------------------------------------------------------------- the local backend: a process pool
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+@contextmanager
+def local_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """`workers` fresh processes (spawned: no state copied from this one), each with cores/workers threads."""
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+        yield pool
+
+
+def groups_of(todo: list[int], size: int) -> list[list[int]]:
+    """The seed groups one process would train, in its order (engine.experiments.ensure_runs)."""
+    return [todo[i : i + size] for i in range(0, len(todo), size)]
+
+
+def _train_and_store(cfg: RunConfig, group: list[int], experiment: str, device: str, root: str) -> int:
+    store = Store(Path(root))
+    for key, manifest, state, rows in _train_unit(cfg, group, experiment, device):
+        store.save_run(key, manifest, state, rows)
+    return len(group)
+
+
+def _refit_and_store(run: RunConfig, group: list[int], preset_name: str, device: str, root: str) -> int:
+    from engine import e3
+
+    e3.refit_runs(run, group, Store(Path(root)), e3.refit_config(preset_name), device, progress=False)
+    return len(group)
+
+
+def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple[float, Callable, tuple]], what: str) -> None:
+    """Submit (cost, function, args) jobs, the costliest first, and report each as it finishes."""
+    t0 = time.perf_counter()
+    futures = [pool.submit(fn, *args) for _, fn, args in sorted(jobs, key=lambda j: -j[0])]
+    for done, future in enumerate(as_completed(futures), 1):
+        future.result()  # a worker's exception is raised here
+        print(f"local: {done}/{len(futures)} {what} done ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+
+
+def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], store: Store, device: str,
+                  workers: int, group_size: int = 16) -> int:  # fmt: skip
+    """Train (and for E3 refit) what `loopscope run <experiment>` needs in `workers` local processes;
+    return the number of jobs."""
+    from engine.bench import training_flops
+    from engine.experiments import missing_seeds
+
+    jobs = []
+    for cfg, label in experiment_units(experiment, preset_name, tasks):
+        for group in groups_of(missing_seeds(cfg, seeds, store), group_size):
+            jobs.append((training_flops(cfg, len(group)), _train_and_store, (cfg, group, label, device, str(store.root))))
+    with local_pool(workers) as pool:
+        if jobs:
+            _run_jobs(pool, jobs, "training groups")
+        refits = []
+        if experiment == "e3":
+            from engine import e3
+
+            for cfg, _ in experiment_units(experiment, preset_name, tasks):
+                cost = training_flops(cfg, 1)
+                for group in groups_of(e3.missing_refits(cfg, seeds, store, preset_name), group_size):
+                    refits.append((cost * len(group), _refit_and_store, (cfg, group, preset_name, device, str(store.root))))
+            if refits:
+                _run_jobs(pool, refits, "refit groups")
+    return len(jobs) + len(refits)

@@ -49,29 +49,36 @@ def test_page_timings_on_smoke_results(tmp_path_factory):
 def test_report_names_every_figure():
     task = {
         "one_pass": {"ratio": 12.0},
-        "group_training": {"ratio": 1.1, "ceiling": 2.5},
+        "group_training": {"ratio": 1.1, "cold_ratio": 0.9, "ceiling": 2.5},
         "mfu_cpu": {"mfu": 0.41},
         "mfu_cpu_one_seed": {"mfu": 0.4},
+        "matmul_ceiling": {"mfu": 0.59},
+        "workers": {"workers": 2, "mfu_one_process": 0.3, "mfu_workers": 0.36, "ratio": 1.2},
         "generation_share": 0.01,
         "profile": {"bmm": 0.4, "mul": 0.2},
     }
     flops = bench.run_all_flops("smoke", seeds=1, task_names=("parity",))
     result = {"matmul_peak_gflops": 100.0, "threads": 2, "parity": task, "chain": replace_ratio(task)}
-    result |= {"mfu_paper": {"mfu": 0.8}, "pages": {"overview": {"cold_s": 0.2, "warm_s": 0.1}}}
+    result |= {"mfu_paper": {"mfu": 0.8}, "matmul_ceiling_paper": {"mfu": 0.9}}
+    result["pages"] = {"overview": {"cold_s": 0.2, "warm_s": 0.1}}
     result["run_all"] = {
         "flops": flops,
         "limit_minutes": 1.0,
         "at_cpu_mfu_minutes": 2.4,
+        "at_workers_minutes": 2.1,
+        "at_matmul_ceiling_minutes": 1.7,
         "recorded_minutes": {"e2": 3.0},
     }
     text = bench.format_report(result)
-    for phrase in ("12.0x", "ceiling 2.50x", "41.0%", "bmm 40%", "80.0%", "physical limit 1.0 min", "E2 3.0 min",
+    for phrase in ("12.0x", "1.10x steady, 0.90x on the first", "ceiling 2.50x", "41.0%", "matmuls alone: 59.0%",
+                   "one process 30.0% of peak, --workers 2 36.0% (1.20x)", "bmm 40%", "80.0%", "alone: 90.0%",
+                   "physical limit 1.0 min", "2.1 min (--workers 2)", "1.7 min (matmuls alone)", "E2 3.0 min",
                    "page overview: cold 0.20 s", "0.83x"):  # fmt: skip
         assert phrase in text, phrase
 
 
 def replace_ratio(task: dict) -> dict:
-    return task | {"group_training": {"ratio": 0.83, "ceiling": 2.5}}
+    return task | {"group_training": {"ratio": 0.83, "cold_ratio": 0.5, "ceiling": 2.5}}
 
 
 def test_smoke_preset_is_not_the_cpu_one():  # the run-all figure counts the preset it names
@@ -115,3 +122,12 @@ def test_compiled_training_follows_eager_training():
     assert torch.allclose(eager.losses, compiled.losses, atol=1e-4)
     for k, v in eager.model.state_dict().items():
         assert torch.allclose(v, compiled.model.state_dict()[k], atol=1e-4), k
+
+
+def test_matmul_ceiling_and_workers_measure_the_smoke_preset():
+    run = smoke("parity")
+    ceiling = bench.bench_matmul_ceiling(run, peak=1e12, seeds=2)
+    assert ceiling["step_s"] > 0 and 0 < ceiling["mfu"] < 1
+    workers = bench.bench_workers(run, peak=1e12, seeds=2, steps=3, workers=2)
+    assert workers["workers_s"] > 0 and workers["one_process_s"] > 0
+    assert workers["mfu_workers"] == pytest.approx(workers["mfu_one_process"] * workers["ratio"])

@@ -45,6 +45,8 @@ def test_train_list_eval_check(tmp_path, capsys):
         (["eval", "0123456789abcdef", "--loops", "0-4"], "start at 1"),
         (["train", "--preset", "smoke", "--group-size", "0"], "--group-size"),
         (["run", "all", "--preset", "smoke", "--tasks", "parity,sorting"], "unknown task 'sorting'"),
+        (["run", "e2", "--preset", "smoke", "--workers", "0"], "--workers must be at least 1"),
+        (["run", "e2", "--preset", "smoke", "--workers", "2", "--backend", "ray"], "--workers is for the local"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path, capsys, argv, phrase):
@@ -93,3 +95,24 @@ def test_run_all_runs_e2_e3_e4_in_order_and_reruns_from_cache(tmp_path, capsys, 
     code, again, _ = run(capsys, *argv)
     untimed = lambda text: re.sub(r"\(\d+ s\)", "", text)  # noqa: E731
     assert code == 0 and untimed(again) == untimed(out)
+
+
+def test_local_workers_store_what_one_process_would(tmp_path, capsys):
+    """`--workers 2`: trainings and E3's refits in two processes, results equal to a one-process run's."""
+    from engine.store import Store
+
+    argv = ("run", "e3", "--preset", "smoke", "--seeds", "2", "--tasks", "parity")
+    outputs = {}
+    for name, extra in (("one", ()), ("two", ("--workers", "2"))):
+        code, outputs[name], err = run(capsys, *argv, *extra, "--results", str(tmp_path / name))
+        assert code == 0
+    assert "local: 1/1 training groups done" in err and "local: 1/1 refit groups done" in err
+    assert outputs["one"] == outputs["two"]
+    one, two = Store(tmp_path / "one"), Store(tmp_path / "two")
+    assert one.run_keys() == two.run_keys() and len(one.run_keys()) == 2
+    for key in one.run_keys():
+        a, b = one.load_checkpoint(key), two.load_checkpoint(key)
+        assert all(__import__("torch").equal(a[k], b[k]) for k in a)
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(one.read_table("e3-smoke"), two.read_table("e3-smoke"))
