@@ -130,10 +130,10 @@ def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], st
     from engine.bench import training_flops
     from engine.experiments import missing_seeds
 
-    jobs = []
+    jobs, root = [], str(store.root)
     for cfg, label in experiment_units(experiment, preset_name, tasks):
         for group in groups_of(missing_seeds(cfg, seeds, store), group_size):
-            jobs.append((training_flops(cfg, len(group)), _train_and_store, (cfg, group, label, device, str(store.root))))
+            jobs.append((training_flops(cfg, len(group)), _train_and_store, (cfg, group, label, device, root)))
     with local_pool(workers) as pool:
         if jobs:
             _run_jobs(pool, jobs, "training groups")
@@ -144,7 +144,7 @@ def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], st
             for cfg, _ in experiment_units(experiment, preset_name, tasks):
                 cost = training_flops(cfg, 1)
                 for group in groups_of(e3.missing_refits(cfg, seeds, store, preset_name), group_size):
-                    refits.append((cost * len(group), _refit_and_store, (cfg, group, preset_name, device, str(store.root))))
+                    refits.append((cost * len(group), _refit_and_store, (cfg, group, preset_name, device, root)))
             if refits:
                 _run_jobs(pool, refits, "refit groups")
     return len(jobs) + len(refits)
