@@ -10,7 +10,7 @@ GPU_FRACTION of one, so four small trainings share a GPU.
 two single-thread processes get more done than one process with two threads (README, performance). The
 workers write into the results folder themselves (atomic writes, one folder per run); E3's refits are
 fanned out too. The seed groups are the ones the command would train itself (a seed's rounding, and so
-its result, depends on the group it trains in: dev/LOG.md), so the results equal a one-process run's;
+its result, depends on the size of its group: engine.train), so the results equal a one-process run's;
 the parallelism is across groups and configurations, the costliest started first.
 """
 

@@ -4,7 +4,10 @@ A group of seeds trains as one ensemble (engine.model's leading member dimension
 forward and backward, one AdamW over stacked weights. Every piece that could couple seeds is kept
 per member: initial weights (own generator), data (own generator), loss (summed, so each member's
 gradient is its own), gradient clipping (per-member norm). AdamW is elementwise, so a member's
-update does not see its neighbours either.
+update does not see its neighbours either. In floating point one thing does reach a member: the
+group's size (batched kernels block, and so round, differently for some sizes), which training
+amplifies. A seed's result is bit-reproducible for a given group size, whichever seeds share the
+group and however many threads run it (dev/LOG.md, 2026-12-03), not across group sizes.
 """
 
 from __future__ import annotations
