@@ -74,8 +74,8 @@ def bench_one_pass(run: RunConfig, n_max: int = 24) -> dict:
     batch = tasks.eval_set(run.task, max(run.task.train_difficulties))
     x = batch.tokens[None]
     with torch.no_grad():
-        one = timed(lambda: model(x, n_max))
-        separate = timed(lambda: [model(x, n) for n in range(1, n_max + 1)])
+        one = timed(lambda: model(x, n_max), trials=3)
+        separate = timed(lambda: [model(x, n) for n in range(1, n_max + 1)], trials=3)
     return {"one_pass_s": one, "separate_s": separate, "ratio": separate / one, "goal": GOALS["one_pass"]}
 
 

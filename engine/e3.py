@@ -76,15 +76,19 @@ def grid_rows(grid: torch.Tensor, metric: str, target: str, steps: int, loops, d
     )
 
 
-def refit_group(model, run: RunConfig, keys: list[str], seeds: list[int], cfg: rf.RefitConfig, device, progress):
-    """Evaluate original and removed, refit each distinct target; rows and refit weights per seed."""
+def refit_group(model, run: RunConfig, keys: list[str], seeds: list[int], cfg: rf.RefitConfig, device, progress,
+                results: dict[str, rf.RefitResult] | None = None):  # fmt: skip
+    """Evaluate original and removed, refit each distinct target (unless `results` has it already: a
+    refit depends only on the group, its target and cfg); rows and refit weights per seed."""
     n_max, T, diffs = run.eval_loops, run.model.trained_loops, run.task.eval_difficulties
     inside = [i for i, d in enumerate(diffs) if d in run.task.train_difficulties]
     original = rf.accuracy_grid(model.to(device), run, n_max, "norm")
     removed = rf.accuracy_grid(model, run, n_max, "none")
     frames, loops = [grid_rows(original, "accuracy", ORIGINAL, 0, range(1, n_max + 1), diffs)], range(T, n_max + 1)
     aliases = rf.distinct_targets(cfg.targets, run.model.layers_per_block)
-    results = {t: rf.refit(model, run, seeds, t, cfg, n_max, device, progress) for t in aliases}
+    given = results or {}
+    results = {t: given[t] if t in given else rf.refit(model, run, seeds, t, cfg, n_max, device, progress)
+               for t in aliases}  # fmt: skip
     for target, res in results.items():
         for steps, grid in {0: removed, **res.grids}.items():
             frames.append(grid_rows(grid, "accuracy", target, steps, range(1, n_max + 1), diffs))
@@ -101,9 +105,24 @@ def refit_group(model, run: RunConfig, keys: list[str], seeds: list[int], cfg: r
         arch=run.model.arch,
         trained_loops=T,
     )
-    states = [{f"{t}/{n}": res.model.state_dict()[n][i].clone() for t, res in results.items() for n in res.names}
+    states = [{f"{t}/{n}": res.state[n][i].clone() for t, res in results.items() for n in res.names}
               for i in range(len(seeds))]  # fmt: skip
     return rows[COLUMNS], states, results, aliases
+
+
+def refit_and_store(store: Store, keys: list[str], cfg: rf.RefitConfig, device="cpu", progress=True,
+                    results: dict[str, rf.RefitResult] | None = None) -> None:  # fmt: skip
+    """Refit one group of stored runs (E2 norm models of one config) and cache each seed's refits."""
+    model, loaded, seeds = load_models(store, keys)
+    rows, states, results, aliases = refit_group(model, loaded, keys, seeds, cfg, device, progress, results)
+    cache, prov = RefitStore(store.root / "refits"), provenance(device)
+    for i, (key, seed) in enumerate(zip(keys, seeds, strict=True)):
+        manifest = dict(experiment="e3", run_key=key, seed=seed, refit=asdict(cfg), computed_targets=aliases)
+        manifest |= {"group_size": len(keys), "task": loaded.task.name, **prov}
+        manifest["wall_time_s"] = {t: round(r.wall_s, 2) for t, r in results.items()}
+        manifest["final_loss"] = {t: float(r.losses[-1, i]) for t, r in results.items()}
+        manifest["loss_curve"] = {t: [round(float(v), 5) for v in r.losses[::50, i]] for t, r in results.items()}
+        cache.save(refit_key(key, cfg), manifest, states[i], rows[rows["run_key"] == key])
 
 
 def refit_runs(run: RunConfig, seeds, store: Store, cfg: rf.RefitConfig, device="cpu", progress=True, group=16):
@@ -117,17 +136,7 @@ def refit_runs(run: RunConfig, seeds, store: Store, cfg: rf.RefitConfig, device=
             print(f"loopscope: refit of {key}: {status}; redoing it.", file=sys.stderr)
         todo += [key] if status != "ok" else []
     for start in range(0, len(todo), group):
-        part = todo[start : start + group]
-        model, loaded, part_seeds = load_models(store, part)
-        rows, states, results, aliases = refit_group(model, loaded, part, part_seeds, cfg, device, progress)
-        prov = provenance(device)
-        for i, (key, seed) in enumerate(zip(part, part_seeds, strict=True)):
-            manifest = dict(experiment="e3", run_key=key, seed=seed, refit=asdict(cfg), computed_targets=aliases)
-            manifest |= {"group_size": len(part), "task": loaded.task.name, **prov}
-            manifest["wall_time_s"] = {t: round(r.wall_s, 2) for t, r in results.items()}
-            manifest["final_loss"] = {t: float(r.losses[-1, i]) for t, r in results.items()}
-            manifest["loss_curve"] = {t: [round(float(v), 5) for v in r.losses[::50, i]] for t, r in results.items()}
-            cache.save(refit_key(key, cfg), manifest, states[i], rows[rows["run_key"] == key])
+        refit_and_store(store, todo[start : start + group], cfg, device, progress)
     return pd.concat([cache.load_rows(refit_key(k, cfg)) for k in keys], ignore_index=True)
 
 

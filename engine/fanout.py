@@ -8,10 +8,12 @@ GPU_FRACTION of one, so four small trainings share a GPU.
 
 `--workers N` (the local backend) runs N processes on this machine, each with cores/N threads: on 2 cores,
 two single-thread processes get more done than one process with two threads (README, performance). The
-workers write into the results folder themselves (atomic writes, one folder per run); E3's refits are
-fanned out too. The seed groups are the ones the command would train itself (a seed's rounding, and so
-its result, depends on the size of its group: engine.train), so the results equal a one-process run's;
-the parallelism is across groups and configurations, the costliest started first.
+workers write into the results folder themselves (atomic writes, one folder per run). E3's refits go
+out one job per (seed group, target): a refit depends only on its group, target and config, so a worker
+sends its arrays back and the driver stores the group (engine.e3) once all its targets are in. The seed
+groups are the ones the command would train itself (a seed's rounding, and so its result, depends on
+the size of its group: engine.train), so the results equal a one-process run's; the parallelism is
+across groups, configurations and targets, the costliest first.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from engine.presets import RunConfig
 from engine.store import Store
@@ -107,26 +111,61 @@ def _train_and_store(cfg: RunConfig, group: list[int], experiment: str, device: 
     return len(group)
 
 
-def _refit_and_store(run: RunConfig, group: list[int], preset_name: str, device: str, root: str) -> int:
+def _refit_target(keys: list[str], target: str, preset_name: str, device: str, root: str) -> dict:
+    """One target's refit of one group of stored runs, as numpy arrays (exact) for the driver, which
+    stores the group once all its targets are in: a refit depends only on the group, target and config."""
     from engine import e3
+    from engine import refit as rf
+    from engine.experiments import load_models
 
-    e3.refit_runs(run, group, Store(Path(root)), e3.refit_config(preset_name), device, progress=False)
-    return len(group)
+    model, run, seeds = load_models(Store(Path(root)), keys)
+    res = rf.refit(model, run, seeds, target, e3.refit_config(preset_name), run.eval_loops, device)
+    arrays = lambda d: {k: v.numpy() for k, v in d.items()}  # noqa: E731
+    grids, losses = arrays(res.grids), res.losses.numpy()
+    return dict(state=arrays(res.state), names=res.names, grids=grids, losses=losses, wall_s=res.wall_s)
 
 
-def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple[float, Callable, tuple]], what: str) -> None:
-    """Submit (cost, function, args) jobs, the costliest first, and report each as it finishes."""
+def _refit_result(d: dict):
+    from engine import refit as rf
+
+    tensors = lambda a: {k: torch.from_numpy(v) for k, v in a.items()}  # noqa: E731
+    state, grids, losses = tensors(d["state"]), tensors(d["grids"]), torch.from_numpy(d["losses"])
+    return rf.RefitResult(state, d["names"], grids, losses, d["wall_s"])
+
+
+def _refit_jobs(preset_name: str, tasks, seeds: list[int], store: Store, device: str, group_size: int):
+    """(cost, function, args, (keys, target)) per group and distinct target of E3's missing refits."""
+    from engine import e3
+    from engine import refit as rf
+    from engine.bench import training_flops
+
+    cfg, jobs = e3.refit_config(preset_name), []
+    for run, _ in experiment_units("e3", preset_name, tasks):
+        cost = training_flops(run, 1) * cfg.schedule[-1] / run.train.steps
+        for group in groups_of(e3.missing_refits(run, seeds, store, preset_name), group_size):
+            keys = tuple(run.run_key(s) for s in group)
+            for target in rf.distinct_targets(cfg.targets, run.model.layers_per_block):
+                jobs.append((cost * len(group), _refit_target, (list(keys), target, preset_name, device,
+                                                                 str(store.root)), (keys, target)))  # fmt: skip
+    return jobs
+
+
+def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple], what: str, done_fn: Callable | None = None) -> None:
+    """Submit (cost, function, args[, tag]) jobs, the costliest first, and report each as it finishes;
+    done_fn(tag, result) is called in this process as each finishes."""
     t0 = time.perf_counter()
-    futures = [pool.submit(fn, *args) for _, fn, args in sorted(jobs, key=lambda j: -j[0])]
+    futures = {pool.submit(job[1], *job[2]): job for job in sorted(jobs, key=lambda j: -j[0])}
     for done, future in enumerate(as_completed(futures), 1):
-        future.result()  # a worker's exception is raised here
+        result = future.result()  # a worker's exception is raised here
+        if done_fn:
+            done_fn(futures[future][3], result)
         print(f"local: {done}/{len(futures)} {what} done ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
 
 
 def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], store: Store, device: str,
                   workers: int, group_size: int = 16) -> int:  # fmt: skip
-    """Train (and for E3 refit) what `loopscope run <experiment>` needs in `workers` local processes;
-    return the number of jobs."""
+    """Train (and for E3 refit, one job per group and target) what `loopscope run <experiment>` needs in
+    `workers` local processes; return the number of jobs."""
     from engine.bench import training_flops
     from engine.experiments import missing_seeds
 
@@ -134,17 +173,29 @@ def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], st
     for cfg, label in experiment_units(experiment, preset_name, tasks):
         for group in groups_of(missing_seeds(cfg, seeds, store), group_size):
             jobs.append((training_flops(cfg, len(group)), _train_and_store, (cfg, group, label, device, root)))
+    refits = []
     with local_pool(workers) as pool:
         if jobs:
             _run_jobs(pool, jobs, "training groups")
-        refits = []
         if experiment == "e3":
-            from engine import e3
-
-            for cfg, _ in experiment_units(experiment, preset_name, tasks):
-                cost = training_flops(cfg, 1)
-                for group in groups_of(e3.missing_refits(cfg, seeds, store, preset_name), group_size):
-                    refits.append((cost * len(group), _refit_and_store, (cfg, group, preset_name, device, root)))
-            if refits:
-                _run_jobs(pool, refits, "refit groups")
+            refits = _refit_jobs(preset_name, tasks, seeds, store, device, group_size)
+            _run_jobs(pool, refits, "refits (group x target)", _collector(refits, store, preset_name, device))
     return len(jobs) + len(refits)
+
+
+def _collector(jobs: list[tuple], store: Store, preset_name: str, device: str) -> Callable:
+    """done_fn for refit jobs: once every target of a group is in, store the group (engine.e3)."""
+    from engine import e3
+
+    waiting: dict[tuple, set] = {}
+    for *_, (keys, target) in jobs:
+        waiting.setdefault(keys, set()).add(target)
+    results: dict[tuple, dict] = {}
+
+    def done(tag, result):
+        keys, target = tag
+        results.setdefault(keys, {})[target] = _refit_result(result)
+        if set(results[keys]) == waiting[keys]:
+            e3.refit_and_store(store, list(keys), e3.refit_config(preset_name), device, False, results.pop(keys))
+
+    return done

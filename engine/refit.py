@@ -108,7 +108,7 @@ def accuracy_grid(model: LoopedLM, run: RunConfig, n_max: int, boundary: str) ->
 
 @dataclass
 class RefitResult:
-    model: LoopedLM  # the refit copy, on the CPU
+    state: dict[str, torch.Tensor]  # the refit copy's state dict (every member), on the CPU
     names: list[str]  # the parameters that were refit
     grids: dict[int, torch.Tensor]  # refit step (> 0) -> accuracy (difficulties, n_max, S) in none mode
     losses: torch.Tensor  # (steps, S)
@@ -158,9 +158,8 @@ def refit(
         losses[step - 1] = loss.detach().float().cpu()
         if step in cfg.schedule:
             grids[step] = accuracy_grid(model, run, n_max, "none")
-    for p in model.parameters():
-        p.requires_grad_(True)
-    return RefitResult(model.cpu(), names, grids, losses, time.perf_counter() - t0)
+    state = {n: p.detach().cpu() for n, p in model.state_dict().items()}
+    return RefitResult(state, names, grids, losses, time.perf_counter() - t0)
 
 
 def recovery(acc_refit, acc_removed, acc_original, min_gap: float = MIN_GAP) -> np.ndarray:

@@ -106,7 +106,14 @@ def test_local_workers_store_what_one_process_would(tmp_path, capsys):
     for name, extra in (("one", ()), ("two", ("--workers", "2"))):
         code, outputs[name], err = run(capsys, *argv, *extra, "--results", str(tmp_path / name))
         assert code == 0
-    assert "local: 1/1 training groups done" in err and "local: 1/1 refit groups done" in err
+    from engine import e3
+    from engine.presets import preset
+    from engine.refit import distinct_targets
+
+    targets = len(distinct_targets(e3.refit_config("smoke").targets, preset("smoke", "parity").model.layers_per_block))
+    assert targets > 1  # one job per target, so the targets' refits really ran in separate processes
+    assert "local: 1/1 training groups done" in err
+    assert f"local: {targets}/{targets} refits (group x target) done" in err
     assert outputs["one"] == outputs["two"]
     one, two = Store(tmp_path / "one"), Store(tmp_path / "two")
     assert one.run_keys() == two.run_keys() and len(one.run_keys()) == 2
@@ -116,3 +123,12 @@ def test_local_workers_store_what_one_process_would(tmp_path, capsys):
     import pandas as pd
 
     pd.testing.assert_frame_equal(one.read_table("e3-smoke"), two.read_table("e3-smoke"))
+    from safetensors.torch import load_file
+
+    refits = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one" / "refits").glob("*/refit.safetensors"))
+    assert len(refits) == 2 and refits == sorted(
+        p.relative_to(tmp_path / "two") for p in (tmp_path / "two" / "refits").glob("*/refit.safetensors")
+    )
+    for path in refits:
+        a, b = load_file(tmp_path / "one" / path), load_file(tmp_path / "two" / path)
+        assert a.keys() == b.keys() and all(__import__("torch").equal(a[k], b[k]) for k in a)
