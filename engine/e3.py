@@ -29,7 +29,7 @@ from safetensors.torch import save as save_safetensors
 
 from engine import refit as rf
 from engine import stats
-from engine.experiments import ensure_runs, load_models
+from engine.experiments import ensure_runs, groups_of, load_models
 from engine.presets import RunConfig, preset, train_ranges
 from engine.store import MANIFEST, RESULT_COLUMNS, ROWS, Store, atomic_write, parquet_bytes, provenance, sha256
 
@@ -128,22 +128,22 @@ def refit_and_store(store: Store, keys: list[str], cfg: rf.RefitConfig, device="
 def refit_runs(run: RunConfig, seeds, store: Store, cfg: rf.RefitConfig, device="cpu", progress=True, group=16):
     """Train the norm runs if missing (as E2's), refit what is not cached, return every seed's rows."""
     keys = ensure_runs(run, seeds, store, "e2", device, progress=progress)
+    todo = missing_refits(keys, cfg, store, report=True)
+    for part in groups_of(todo, group):
+        refit_and_store(store, part, cfg, device, progress)
     cache = RefitStore(store.root / "refits")
-    todo = []
-    for key in keys:
-        status = cache.status(refit_key(key, cfg))
-        if status not in ("ok", "missing"):
-            print(f"loopscope: refit of {key}: {status}; redoing it.", file=sys.stderr)
-        todo += [key] if status != "ok" else []
-    for start in range(0, len(todo), group):
-        refit_and_store(store, todo[start : start + group], cfg, device, progress)
     return pd.concat([cache.load_rows(refit_key(k, cfg)) for k in keys], ignore_index=True)
 
 
-def missing_refits(run: RunConfig, seeds, store: Store, preset_name: str) -> list[int]:
-    """The seeds of `run` whose refits under the preset's RefitConfig are not cached (valid) yet."""
-    cfg, cache = refit_config(preset_name), RefitStore(store.root / "refits")
-    return [s for s in seeds if cache.status(refit_key(run.run_key(s), cfg)) != "ok"]
+def missing_refits(keys: list[str], cfg: rf.RefitConfig, store: Store, report: bool = False) -> list[str]:
+    """The run keys whose refits under cfg are not cached (valid) yet; `report` names the damaged ones."""
+    cache, todo = RefitStore(store.root / "refits"), []
+    for key in keys:
+        status = cache.status(refit_key(key, cfg))
+        if report and status not in ("ok", "missing"):
+            print(f"loopscope: refit of {key}: {status}; redoing it.", file=sys.stderr)
+        todo += [key] if status != "ok" else []
+    return todo
 
 
 def refit_config(preset_name: str) -> rf.RefitConfig:

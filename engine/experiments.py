@@ -118,6 +118,12 @@ def train_and_evaluate(
     return out
 
 
+def groups_of(todo: list, size: int) -> list[list]:
+    """`todo` (seeds, or run keys) in consecutive groups of `size`: the groups trained (ensure_runs) or
+    refit (engine.e3) together, in order. A seed's result depends on its group's size (engine.train)."""
+    return [todo[i : i + size] for i in range(0, len(todo), size)]
+
+
 def ensure_runs(
     cfg: RunConfig,
     seeds: Iterable[int],
@@ -133,8 +139,7 @@ def ensure_runs(
     seeds = list(seeds)
     todo = missing_seeds(cfg, seeds, store)
     settings = _LIVE.get() or Live()
-    for start in range(0, len(todo), group_size):
-        group = todo[start : start + group_size]
+    for group in groups_of(todo, group_size):
         checkpoint = checkpoint_path(store, cfg, group) if settings.checkpoint_every > 0 else None
         on_step = None
         if settings.report is not None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from engine.experiments import groups_of
 from engine.presets import RunConfig
 from engine.store import Store
 
@@ -65,8 +66,7 @@ def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device:
         pending = []
         for cfg, seeds, experiment in units:
             todo = missing_seeds(cfg, seeds, store)
-            groups = [todo[i : i + group_size] for i in range(0, len(todo), group_size)]
-            pending += [task.remote(cfg, group, experiment, device) for group in groups]
+            pending += [task.remote(cfg, group, experiment, device) for group in groups_of(todo, group_size)]
         total, t0 = len(pending), time.perf_counter()
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
@@ -97,11 +97,6 @@ def local_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
         yield pool
-
-
-def groups_of(todo: list[int], size: int) -> list[list[int]]:
-    """The seed groups one process would train, in its order (engine.experiments.ensure_runs)."""
-    return [todo[i : i + size] for i in range(0, len(todo), size)]
 
 
 def _train_and_store(cfg: RunConfig, group: list[int], experiment: str, device: str, root: str) -> int:
@@ -142,8 +137,8 @@ def _refit_jobs(preset_name: str, tasks, seeds: list[int], store: Store, device:
     cfg, jobs = e3.refit_config(preset_name), []
     for run, _ in experiment_units("e3", preset_name, tasks):
         cost = training_flops(run, 1) * cfg.schedule[-1] / run.train.steps
-        for group in groups_of(e3.missing_refits(run, seeds, store, preset_name), group_size):
-            keys = tuple(run.run_key(s) for s in group)
+        for group in groups_of(e3.missing_refits([run.run_key(s) for s in seeds], cfg, store), group_size):
+            keys = tuple(group)
             for target in rf.distinct_targets(cfg.targets, run.model.layers_per_block):
                 jobs.append((cost * len(group), _refit_target, (list(keys), target, preset_name, device,
                                                                  str(store.root)), (keys, target)))  # fmt: skip

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from engine.cli import main
 
@@ -119,7 +120,7 @@ def test_local_workers_store_what_one_process_would(tmp_path, capsys):
     assert one.run_keys() == two.run_keys() and len(one.run_keys()) == 2
     for key in one.run_keys():
         a, b = one.load_checkpoint(key), two.load_checkpoint(key)
-        assert all(__import__("torch").equal(a[k], b[k]) for k in a)
+        assert all(torch.equal(a[k], b[k]) for k in a)
     import pandas as pd
 
     pd.testing.assert_frame_equal(one.read_table("e3-smoke"), two.read_table("e3-smoke"))
@@ -131,4 +132,4 @@ def test_local_workers_store_what_one_process_would(tmp_path, capsys):
     )
     for path in refits:
         a, b = load_file(tmp_path / "one" / path), load_file(tmp_path / "two" / path)
-        assert a.keys() == b.keys() and all(__import__("torch").equal(a[k], b[k]) for k in a)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
