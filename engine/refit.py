@@ -144,7 +144,7 @@ def refit(
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
     losses, grids = torch.empty(steps, len(seeds)), {}
     for step in tqdm(range(1, steps + 1), desc=f"refit {run.task.name} {target}", disable=not progress):
-        batches = [tasks.sample(run.task, difficulty[step - 1], batch, g) for g in generators]
+        batches = [tasks.train_batch(run.task, difficulty[step - 1], batch, g) for g in generators]
         tokens = torch.stack([b.tokens for b in batches]).to(device)
         targets = torch.stack([b.targets for b in batches]).to(device)
         with autocast:

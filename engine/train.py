@@ -181,7 +181,7 @@ def train_group(
 
     bar = tqdm(range(start, t.steps), desc=f"train {cfg.task.name} x{len(seeds)} seeds", disable=not progress)
     for step in bar:
-        batches = [tasks.sample(cfg.task, schedule[step], t.batch_size, g) for g in generators]
+        batches = [tasks.train_batch(cfg.task, schedule[step], t.batch_size, g) for g in generators]
         tokens = torch.stack([b.tokens for b in batches]).to(device, non_blocking=True)
         targets = torch.stack([b.targets for b in batches]).to(device, non_blocking=True)
         with autocast:
