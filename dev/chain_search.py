@@ -79,7 +79,7 @@ def run_candidate(name: str, run: RunConfig) -> dict:
             f"{m}:{k}": round(float(v), 4) for (m, k), v in at_t.set_index(["member", "difficulty"])["value"].items()
         },
         "acc_by_n_k4": {
-            int(n): round(float(v), 4) for n, v in acc[acc.difficulty == 4].groupby("eval_loops")["value"].mean().items()
+            int(n): round(float(v), 4) for n, v in acc[acc.difficulty == 4].groupby("eval_loops").value.mean().items()
         },
         "score": round(score, 4),
         "qualifies": score >= RULE,

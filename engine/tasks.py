@@ -67,7 +67,7 @@ class TaskConfig:
                     "raise variables or lower chains or the hardest difficulty."
                 )
             if self.order == "layered" and self.chains < 3:
-                raise ValueError("the layered order needs at least 3 chains (with 2 it alternates: a positional shortcut).")
+                raise ValueError("the layered order needs 3 or more chains (2 would alternate: a positional shortcut).")
             if self.order not in CHAIN_ORDERS:
                 raise ValueError(f"chain order must be one of {', '.join(CHAIN_ORDERS)}, got {self.order!r}.")
             if not 0.0 <= self.neg_prob <= 1.0:
