@@ -3,13 +3,17 @@
 #   docker build -t loopscope . && docker run -p 8501:8501 loopscope
 FROM python:3.11-slim
 
-RUN useradd --create-home --uid 1000 user
+# the app folder made here, owned by user: a WORKDIR it creates is root's under the classic builder (and podman),
+# where `pip install --user .` then cannot write its build files
+RUN useradd --create-home --uid 1000 user && install -d -o user -g user /home/user/app
 USER user
 ENV HOME=/home/user PATH=/home/user/.local/bin:$PATH PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /home/user/app
 
-# torch's CPU wheel first (no CUDA build), then the package and its dependencies: a layer that survives code edits
-RUN pip install --user torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# torch's CPU wheel first (no CUDA build), then the package and its dependencies: a layer that survives code edits.
+# TORCH_INDEX: another index holding that wheel and its dependencies (dev/image-check.sh serves a local one)
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+RUN pip install --user torch==2.13.0 --index-url "$TORCH_INDEX"
 COPY --chown=user pyproject.toml README.md ./
 COPY --chown=user engine engine
 COPY --chown=user dashboard dashboard

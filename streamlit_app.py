@@ -20,7 +20,7 @@ def secret(name: str):
         return None
 
 
-if secret("read_only") is None:
-    os.environ.setdefault("LOOPSCOPE_READ_ONLY", "1")
+if secret("read_only") is None and not os.environ.get("LOOPSCOPE_READ_ONLY", "").strip():
+    os.environ["LOOPSCOPE_READ_ONLY"] = "1"  # unset or empty: a hosted copy shows results, it runs nothing
 os.environ.setdefault("LOOPSCOPE_RESULTS", str(secret("results") or HERE / "cached_results"))
 runpy.run_path(str(HERE / "dashboard" / "app.py"), run_name="__main__")

@@ -28,6 +28,10 @@ pages = {
 }
 page = st.navigation(pages)
 st.sidebar.caption(f"Results folder: `{results_root()}` (set `LOOPSCOPE_RESULTS` to change it).")
+try:
+    jobs.read_only_setting()
+except jobs.Refused as e:  # an unclear LOOPSCOPE_READ_ONLY: say so on every page, which all behave read-only
+    st.error(str(e))
 if jobs.read_only():
     st.sidebar.caption("Read-only: this copy shows results and runs nothing.")
 try:

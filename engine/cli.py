@@ -11,7 +11,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +22,9 @@ from engine.presets import PRESETS, RunConfig, preset
 
 DEFAULT_RESULTS = "cached_results"
 BACKEND_HELP = "local (default): this process; ray: seed groups as Ray tasks ($RAY_ADDRESS or a local Ray)"
+MAX_LOOPS = 1000  # loop counts per forward (eval, ouro); a shared dashboard caps lower (engine.jobs.CAPS)
+MAX_SEEDS, MAX_SEED = 1024, 2**31 - 1  # seeds per command, and the largest seed (every RNG here takes it)
+MAX_WORKERS = 4 * (os.cpu_count() or 1)  # local processes: more than this only thrashes
 
 
 class UsageError(Exception):
@@ -35,33 +40,49 @@ def results_dir(args) -> Path:
     return Path(args.results or os.environ.get("LOOPSCOPE_RESULTS") or DEFAULT_RESULTS)
 
 
-def parse_ints(text: str, what: str) -> list[int]:
-    """'3-7', '1,2,5' or a mix like '1-4,8'."""
-    out: list[int] = []
+def number(digits: str, most: int) -> int | None:
+    """int(digits) if it is at most `most`, else None (the length first: int() refuses 4300+ digits)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= len(str(most)) and int(digits) <= most else None
+
+
+def parse_ints(text: str, what: str, most: int, count: int, unit: str) -> list[int]:
+    """'3-7', '1,2,5' or a mix like '1-4,8', in ASCII digits, sorted and without repeats. Numbers above
+    `most`, or more than `count` of them, are refused before the list is built."""
+    found: set[int] = set()
     for part in text.replace(" ", "").split(","):
-        if re.fullmatch(r"-\d+", part):
+        if re.fullmatch(r"-[0-9]+", part):
             raise UsageError(f"{what} must not be negative (got {text!r}).")
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        match = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)  # [0-9], not \d: \d takes any script's digits
         if not match:
             raise UsageError(f"cannot read {what} {text!r}; write a number, a range like 1-24, or a list like 1,2,8.")
-        lo, hi = int(match[1]), int(match[2] or match[1])
+        lo, hi = number(match[1], most), number(match[2] or match[1], most)
+        if lo is None or hi is None:
+            raise UsageError(f"{what} {text!r} goes past {most}, the largest {unit} loopscope takes; use smaller ones.")
         if lo > hi:
             raise UsageError(f"{what} range {part!r} runs backwards; write it low-high, e.g. 1-24.")
-        out += range(lo, hi + 1)
-    return out
+        if hi - lo >= count or len(found.union(range(lo, hi + 1))) > count:
+            raise UsageError(
+                f"{what} {text!r} names more than {count} {unit}s, the most one command takes; pass fewer."
+            )
+        found.update(range(lo, hi + 1))
+    return sorted(found)
 
 
 def parse_seeds(text: str) -> list[int]:
-    if re.fullmatch(r"-?\d+", text.strip()):
-        count = int(text)
-        if count < 1:
+    text = text.strip()
+    if re.fullmatch(r"-?[0-9]+", text):  # a count
+        count = number(text.lstrip("-"), MAX_SEEDS)
+        if text.startswith("-") or count == 0:
             raise UsageError(f"--seeds {text}: give a positive number of seeds, or a list like 0-15.")
+        if count is None:
+            raise UsageError(f"--seeds {text} is more than {MAX_SEEDS} seeds, the most one command takes; pass fewer.")
         return list(range(count))
-    return sorted(set(parse_ints(text, "--seeds")))
+    return parse_ints(text, "--seeds", MAX_SEED, MAX_SEEDS, "seed")
 
 
 def parse_loops(text: str) -> list[int]:
-    loops = sorted(set(parse_ints(text, "--loops")))
+    loops = parse_ints(text, "--loops", MAX_LOOPS, MAX_LOOPS, "loop count")
     if not loops or loops[0] < 1:
         raise UsageError(f"--loops {text}: loop counts start at 1, e.g. --loops 1-24.")
     return loops
@@ -97,14 +118,65 @@ def device_of(args) -> str:
 
 
 def open_store(args):
+    """The results folder, once a real write there has worked (os.access says yes as root on /proc)."""
     from engine.store import Store
 
-    store = Store(results_dir(args))
+    root = results_dir(args)
+    probe_writable(root)
+    return Store(root)
+
+
+def probe_writable(root: Path) -> None:
+    """Create root, write and delete a probe file in it, then remove the folders this made (the writers make
+    them again): a failure is a UsageError, and either way the disk is left as it was."""
+    made = [p for p in (root, *root.parents) if not os.path.lexists(p)]  # deepest first
     try:
-        store.check_writable()
-    except PermissionError as e:
-        raise UsageError(str(e)) from None
-    return store
+        root.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".loopscope-probe-", dir=root)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(
+            f"cannot write results under {root} ({e.strerror or e}); pass --results with a folder you can write."
+        ) from None
+    finally:
+        for folder in filter(os.path.isdir, made):  # deepest first; the deepest may never have been made
+            try:
+                folder.rmdir()
+            except OSError:  # no longer empty (another writer): leave it and its parents
+                break
+
+
+def check_runs(root: Path, keys: list[str]) -> None:
+    """Every key names a verified run inside root (keys become paths), and the runs share one config:
+    they load as one ensemble."""
+    from engine.jobs import check_run_key
+    from engine.store import Store
+
+    store, configs = Store(root), {}
+    for key in keys:
+        try:
+            check_run_key(root, key)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        status = store.status(key)
+        if status == "missing":
+            raise UsageError(f"no run {key!r} under {store.root}; 'loopscope list' shows the cached runs.")
+        if status != "ok":
+            raise UsageError(f"{status}; retrain it with 'loopscope train' (same config and seed).")
+        try:
+            configs[key] = RunConfig.from_dict(store.manifest(key)["config"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UsageError(
+                f"run {key} holds no readable config ({e!r}); retrain it with 'loopscope train'."
+            ) from None
+    first = keys[0]
+    for key in keys[1:]:
+        if configs[key] != configs[first]:
+            raise UsageError(
+                f"runs {first} and {key} have different configs, so they cannot be evaluated together; "
+                "evaluate them in separate 'loopscope eval' calls."
+            )
 
 
 def accuracy_table(rows: pd.DataFrame) -> str:
@@ -118,7 +190,7 @@ def accuracy_table(rows: pd.DataFrame) -> str:
 # ---------------------------------------------------------------- commands
 
 
-def ray_fan_out(args, units, store, group_size: int) -> str:
+def ray_fan_out(args, units, store) -> str:
     """--backend ray: train the units as Ray tasks first (each worker resolves --device on its own); the
     command then finds them cached. Returns the device for what remains here (this machine may lack CUDA)."""
     try:
@@ -127,7 +199,7 @@ def ray_fan_out(args, units, store, group_size: int) -> str:
         from engine.fanout import fan_out
     except ImportError:
         raise UsageError("--backend ray needs Ray: pip install 'loopscope[ray]' (or 'ray[default]').") from None
-    fan_out(units, store, args.device, group_size)
+    fan_out(units, store, args.device)
     from engine.train import resolve_device
 
     return "cpu" if args.device == "cpu" else resolve_device("auto")
@@ -135,15 +207,17 @@ def ray_fan_out(args, units, store, group_size: int) -> str:
 
 def cmd_train(args) -> int:
     cfg = load_config(args)
+    if args.group_size:  # a different group is a different computation: it changes the run keys
+        cfg = replace(cfg, train=replace(cfg.train, group_size=args.group_size))
     seeds = parse_seeds(args.seeds)
     from engine.experiments import ensure_runs
 
     store = open_store(args)
     if args.backend == "ray":
-        device = ray_fan_out(args, [(cfg, seeds, "train")], store, args.group_size)
+        device = ray_fan_out(args, [(cfg, seeds, "train")], store)
     else:
         device = device_of(args)
-    keys = ensure_runs(cfg, seeds, store, experiment="train", device=device, group_size=args.group_size)
+    keys = ensure_runs(cfg, seeds, store, experiment="train", device=device)
     rows = pd.concat([store.load_rows(k) for k in keys])
     print(accuracy_table(rows))
     print("runs: " + " ".join(keys))
@@ -154,15 +228,11 @@ def cmd_eval(args) -> int:
     from engine.experiments import extend_eval
 
     loops = parse_loops(args.loops)
-    store = open_store(args)
-    for key in args.run_keys:
-        status = store.status(key)
-        if status == "missing":
-            raise UsageError(f"no run {key!r} under {store.root}; 'loopscope list' shows the cached runs.")
-        if status != "ok":
-            raise UsageError(f"{status}; retrain it with 'loopscope train' (same config and seed).")
+    keys = list(dict.fromkeys(args.run_keys))  # a key given twice is evaluated once
+    check_runs(results_dir(args), keys)
     device = device_of(args)
-    rows = extend_eval(store, args.run_keys, loops, boundary=args.boundary, device=device)
+    store = open_store(args)
+    rows = extend_eval(store, keys, loops, boundary=args.boundary, device=device)
     print(accuracy_table(rows))
     return 0
 
@@ -184,19 +254,19 @@ def cmd_run(args) -> int:
         unknown = sorted(set(tasks) - set(module.TASKS))
         if unknown:
             raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(module.TASKS)}.")
-    if args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {args.workers}.")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be at least 1 and at most {MAX_WORKERS} (4 per core), got {args.workers}.")
     if args.workers > 1 and args.backend == "ray":
         raise UsageError("--workers is for the local backend; Ray places its tasks itself (drop --workers).")
-    store = open_store(args)
     device = device_of(args)
+    store = open_store(args)
     for name, module in zip(names, modules, strict=True):
         start = time.perf_counter()  # the fan-out included: the figure is the experiment's wall time
         if args.backend == "ray":
             from engine.fanout import experiment_units
 
             units = [(cfg, seeds, label) for cfg, label in experiment_units(name, args.preset, tasks)]
-            device = ray_fan_out(args, units, store, group_size=16)
+            device = ray_fan_out(args, units, store)
         elif args.workers > 1:
             from engine.fanout import local_fan_out
 
@@ -209,7 +279,7 @@ def cmd_run(args) -> int:
 
 
 def check_repo(repo: str) -> None:
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", repo) or ".." in repo:
         raise UsageError(f"--repo {repo!r} is not a Hugging Face repo id; write it ORG/NAME.")
 
 
@@ -311,6 +381,8 @@ def cmd_check(args) -> int:
 def cmd_dashboard(args) -> int:
     import dashboard
 
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port} is not a TCP port; pick one from 1 to 65535 (default 8501).")
     app = Path(dashboard.__file__).parent / "app.py"
     env = dict(os.environ, LOOPSCOPE_RESULTS=str(results_dir(args).resolve()))
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port)]
@@ -331,13 +403,17 @@ def build_parser() -> Parser:
     p.add_argument("--arch", default="looped", choices=["looped", "stacked"])
     p.add_argument("--seeds", default="1", help="a count (16 = seeds 0..15), a range 0-15 or a list 0,3,7")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--group-size", type=int, default=16, help="seeds trained together in one process")
+    p.add_argument(
+        "--group-size", type=int, help="seeds trained together as one batch (part of the config, so of the run key)"
+    )
     p.add_argument("--backend", default="local", choices=["local", "ray"], help=BACKEND_HELP)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", parents=[common], help="evaluate cached runs at more loop counts or in the other mode")
     p.add_argument("run_keys", nargs="+", metavar="RUN_KEY")
-    p.add_argument("--loops", default="1-12", help="loop counts, e.g. 1-24 (one forward of the largest)")
+    p.add_argument(
+        "--loops", default="1-12", help=f"loop counts, e.g. 1-24 (one forward of the largest; {MAX_LOOPS} at most)"
+    )
     p.add_argument("--boundary", choices=["norm", "none"], help="run in this mode (default: the trained one)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_eval)
@@ -397,7 +473,7 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        if getattr(args, "group_size", 1) < 1:
+        if getattr(args, "group_size", None) is not None and args.group_size < 1:
             raise UsageError("--group-size must be at least 1.")
         return args.func(args)
     except UsageError as e:

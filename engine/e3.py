@@ -10,9 +10,9 @@ Table `e3-<preset>`: RESULT_COLUMNS + `refit_target`, `refit_steps`, metrics `ac
 Targets that name the same parameters (a 1-layer block: first = middle = last) are computed and stored
 once, under the first requested name; summaries list the others in `same_as`.
 
-Cache: <root>/refits/<refit_key>/{refit.safetensors, rows.parquet, manifest.json}, one folder per seed,
-keyed on (run_key, RefitConfig); files written atomically, manifest last with their sha256, verified
-on every read (engine.store.Store's checks); a corrupt or missing folder is redone.
+Cache: <root>/refits/<refit_key>/{refit-<sha>.safetensors, rows-<sha>.parquet, manifest.json}, one folder
+per seed, keyed on (run_key, RefitConfig), written and verified like a run (engine.store); a corrupt or
+missing folder is redone. Refits run in whole training groups (RunConfig.group), like training.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from safetensors.torch import save as save_safetensors
 
 from engine import refit as rf
 from engine import stats
-from engine.experiments import ensure_runs, groups_of, load_models
+from engine.experiments import ensure_runs, group_id, load_models
 from engine.presets import RunConfig, preset, train_ranges
-from engine.store import MANIFEST, RESULT_COLUMNS, ROWS, Store, atomic_write, parquet_bytes, provenance, sha256
+from engine.store import RESULT_COLUMNS, ROWS, Store, parquet_bytes, provenance
 
 TASKS = ("parity", "chain")
 COLUMNS = [*RESULT_COLUMNS, "refit_target", "refit_steps"]
@@ -44,21 +44,9 @@ REFIT = {
 }
 
 
-class RefitStore(Store):
-    """A Store whose run folders are <root>/<key> and whose rows keep E3's two extra columns."""
-
-    def run_dir(self, key: str):
-        return self.root / key
-
-    def save(self, key: str, manifest: dict, state: dict[str, torch.Tensor], rows: pd.DataFrame) -> None:
-        folder = self.run_dir(key)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / MANIFEST).unlink(missing_ok=True)
-        files = {STATE: save_safetensors(state), ROWS: parquet_bytes(rows[COLUMNS])}
-        for name, data in files.items():
-            atomic_write(folder / name, data)
-        manifest = dict(manifest, refit_key=key, files={n: sha256(d) for n, d in files.items()})
-        atomic_write(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+def refit_store(store: Store) -> Store:
+    """The refits' own store: <root>/refits/<refit_key>/ with E3's rows (two more columns) and weights."""
+    return Store(store.root, folder="refits", columns=tuple(COLUMNS))
 
 
 def refit_key(run_key: str, cfg: rf.RefitConfig) -> str:
@@ -112,32 +100,47 @@ def refit_group(model, run: RunConfig, keys: list[str], seeds: list[int], cfg: r
 
 def refit_and_store(store: Store, keys: list[str], cfg: rf.RefitConfig, device="cpu", progress=True,
                     results: dict[str, rf.RefitResult] | None = None) -> None:  # fmt: skip
-    """Refit one group of stored runs (E2 norm models of one config) and cache each seed's refits."""
+    """Refit one training group of stored runs (E2 norm models of one config) and cache the refits that are
+    missing (the others equal them: a refit depends only on its group, target and config). The caller
+    holds the group's refit lock."""
     model, loaded, seeds = load_models(store, keys)
     rows, states, results, aliases = refit_group(model, loaded, keys, seeds, cfg, device, progress, results)
-    cache, prov = RefitStore(store.root / "refits"), provenance(device)
+    cache, prov, todo = refit_store(store), provenance(device), set(missing_refits(keys, cfg, store))
     for i, (key, seed) in enumerate(zip(keys, seeds, strict=True)):
+        if key not in todo:
+            continue
         manifest = dict(experiment="e3", run_key=key, seed=seed, refit=asdict(cfg), computed_targets=aliases)
-        manifest |= {"group_size": len(keys), "task": loaded.task.name, **prov}
+        manifest |= {"group": seeds, "task": loaded.task.name, **prov}
         manifest["wall_time_s"] = {t: round(r.wall_s, 2) for t, r in results.items()}
         manifest["final_loss"] = {t: float(r.losses[-1, i]) for t, r in results.items()}
         manifest["loss_curve"] = {t: [round(float(v), 5) for v in r.losses[::50, i]] for t, r in results.items()}
-        cache.save(refit_key(key, cfg), manifest, states[i], rows[rows["run_key"] == key])
+        blobs = {STATE: save_safetensors(states[i]), ROWS: parquet_bytes(rows[rows["run_key"] == key][COLUMNS])}
+        cache.commit(refit_key(key, cfg), {**manifest, "refit_key": refit_key(key, cfg)}, blobs)
 
 
-def refit_runs(run: RunConfig, seeds, store: Store, cfg: rf.RefitConfig, device="cpu", progress=True, group=16):
-    """Train the norm runs if missing (as E2's), refit what is not cached, return every seed's rows."""
-    keys = ensure_runs(run, seeds, store, "e2", device, progress=progress)
-    todo = missing_refits(keys, cfg, store, report=True)
-    for part in groups_of(todo, group):
-        refit_and_store(store, part, cfg, device, progress)
-    cache = RefitStore(store.root / "refits")
-    return pd.concat([cache.load_rows(refit_key(k, cfg)) for k in keys], ignore_index=True)
+def refit_lock(run: RunConfig, group: list[int], cfg: rf.RefitConfig) -> str:
+    return "refit-" + refit_key(group_id(run, group), cfg)
+
+
+def refit_runs(run: RunConfig, seeds, store: Store, cfg: rf.RefitConfig, device="cpu", progress=True):
+    """Train the norm runs if missing (as E2's), refit what is not cached, always in whole training groups;
+    return the seeds' rows."""
+    seeds = list(seeds)
+    for group in run.groups(seeds):
+        wanted = [run.run_key(s) for s in group if s in seeds]
+        if not missing_refits(wanted, cfg, store):
+            continue
+        keys = ensure_runs(run, group, store, "e2", device, progress=progress)
+        with store.lock(refit_lock(run, group, cfg), f"refitting seeds {group[0]}-{group[-1]} of {run.task.name}"):
+            if missing_refits(wanted, cfg, store, report=True):
+                refit_and_store(store, keys, cfg, device, progress)
+    cache = refit_store(store)
+    return pd.concat([cache.load_rows(refit_key(run.run_key(s), cfg)) for s in seeds], ignore_index=True)
 
 
 def missing_refits(keys: list[str], cfg: rf.RefitConfig, store: Store, report: bool = False) -> list[str]:
     """The run keys whose refits under cfg are not cached (valid) yet; `report` names the damaged ones."""
-    cache, todo = RefitStore(store.root / "refits"), []
+    cache, todo = refit_store(store), []
     for key in keys:
         status = cache.status(refit_key(key, cfg))
         if report and status not in ("ok", "missing"):

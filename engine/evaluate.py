@@ -26,21 +26,29 @@ METRICS = ("accuracy", "choice_accuracy", "top_token_share", "top_token", "norm_
 def step_metrics(
     model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int = 256
 ) -> dict[str, torch.Tensor]:
-    """Each metric as an (n_max, S) tensor, from forwards of n_max loops over the batch in chunks."""
-    S, V = model.members, model.cfg.vocab_size
+    """Each metric as an (n_max, S) tensor. Members are evaluated one at a time: batched kernels round
+    differently for different ensemble sizes, and a run's rows must not depend on what shares its batch."""
+    per_member = [_member_metrics(model.member(i) if model.members > 1 else model, batch, n_max, boundary, chunk)
+                  for i in range(model.members)]  # fmt: skip
+    return {name: torch.cat([m[name] for m in per_member], 1) for name in per_member[0]}
+
+
+def _member_metrics(model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int):
+    """step_metrics of a one-member model: each metric as an (n_max, 1) tensor."""
+    V = model.cfg.vocab_size
     device = next(model.parameters()).device
     preds, choice, pre, post = [], [], [], []
     for start in range(0, len(batch.answers), chunk):
         tokens = batch.tokens[start : start + chunk].to(device)
-        out = model(tokens.expand(S, *tokens.shape), n_max, boundary)
-        logits = out.logits[:, :, :, -1].float()  # (n, S, B, V)
+        out = model(tokens[None], n_max, boundary)
+        logits = out.logits[:, :, :, -1].float()  # (n, 1, B, V)
         preds.append(logits.argmax(-1))
         choice.append(logits[..., [tasks.ZERO, tasks.ONE]].argmax(-1))
         pre.append(out.norm_pre)
         post.append(out.norm_post)
-    preds, choice = torch.cat(preds, -1).cpu(), torch.cat(choice, -1).cpu()  # (n, S, B)
+    preds, choice = torch.cat(preds, -1).cpu(), torch.cat(choice, -1).cpu()  # (n, 1, B)
     answers = batch.answers  # token ids of "0"/"1" equal the bits
-    counts = torch.nn.functional.one_hot(preds, V).sum(-2)  # (n, S, V)
+    counts = torch.nn.functional.one_hot(preds, V).sum(-2)  # (n, 1, V)
     top_count, top_token = counts.max(-1)
     return {
         "accuracy": (preds == answers).float().mean(-1),

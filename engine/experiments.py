@@ -63,20 +63,24 @@ def live(settings: Live) -> Iterator[None]:
         _LIVE.reset(token)
 
 
-def checkpoint_path(store: Store, cfg: RunConfig, seeds: list[int]) -> Path:
+def group_id(cfg: RunConfig, group: list[int]) -> str:
+    """A name for one training group: its checkpoint and its lock are called this."""
+    return hashlib.sha256(" ".join(cfg.run_key(s) for s in group).encode()).hexdigest()[:16]
+
+
+def checkpoint_path(store: Store, cfg: RunConfig, group: list[int]) -> Path:
     """Where a group's training checkpoint lives until the group's runs are stored."""
-    group = hashlib.sha256(" ".join(cfg.run_key(s) for s in seeds).encode()).hexdigest()[:16]
-    return store.root / "jobs" / "ckpt" / f"{group}.safetensors"
+    return store.root / "jobs" / "ckpt" / f"{group_id(cfg, group)}.safetensors"
 
 
-def missing_seeds(cfg: RunConfig, seeds: Iterable[int], store: Store) -> list[int]:
-    """The seeds without a valid cached run (a damaged one is reported and redone)."""
+def missing_seeds(cfg: RunConfig, seeds: Iterable[int], store: Store, report: bool = True) -> list[int]:
+    """The seeds without a valid cached run (`report`: say which damaged ones are redone)."""
     todo = []
     for seed in seeds:
         status = store.status(cfg.run_key(seed))
         if status == "ok":
             continue
-        if status != "missing":
+        if status != "missing" and report:
             print(f"loopscope: {status}; redoing it.", file=sys.stderr)
         todo.append(seed)
     return todo
@@ -94,6 +98,8 @@ def train_and_evaluate(
 ) -> list[tuple[str, dict, dict[str, torch.Tensor], pd.DataFrame]]:
     """Train one group of seeds and evaluate it: (run key, manifest, weights, rows) per seed, not yet stored
     (a Ray task returns these to the driver, which owns the store)."""
+    if group != cfg.group(group[0]):
+        raise ValueError(f"seeds {group} are not a training group of this config (see RunConfig.group).")
     result = train_group(cfg, group, device, progress, checkpoint, checkpoint_every, on_step)
     raw = evaluate(result.model, cfg.task, cfg.eval_loops, cfg.model.boundary, progress=progress)
     rows = label_rows(raw, cfg, group, experiment, cfg.model.boundary)
@@ -108,7 +114,7 @@ def train_and_evaluate(
             "config": cfg.to_dict(),
             **prov,
             "wall_time_s": round(result.wall_s, 2),
-            "group_size": len(group),
+            "group": group,
             "steps": cfg.train.steps,
             "final_loss": float(losses[-1]),
             "loss_curve": [round(float(v), 5) for v in losses[:: max(1, len(losses) // 100)]],
@@ -118,10 +124,46 @@ def train_and_evaluate(
     return out
 
 
-def groups_of(todo: list, size: int) -> list[list]:
-    """`todo` (seeds, or run keys) in consecutive groups of `size`: the groups trained (ensure_runs) or
-    refit (engine.e3) together, in order. A seed's result depends on its group's size (engine.train)."""
-    return [todo[i : i + size] for i in range(0, len(todo), size)]
+def store_group(store: Store, cfg: RunConfig, results) -> int:
+    """Store the members of a trained group that are not stored yet (the others equal them: a run depends
+    on its key alone); return how many. The caller holds the group's lock."""
+    todo = set(missing_seeds(cfg, [m["seed"] for _, m, _, _ in results], store, report=False))
+    for key, manifest, state, rows in results:
+        if manifest["seed"] in todo:
+            store.save_run(key, manifest, state, rows)
+    return len(todo)
+
+
+def train_and_store(
+    cfg: RunConfig,
+    group: list[int],
+    store: Store,
+    experiment: str,
+    device: str = "cpu",
+    progress: bool = True,
+    wanted: Iterable[int] | None = None,
+) -> bool:
+    """Train a group and store what is missing, unless `wanted` is stored already (another process may be
+    training it: then wait for it). Inside `with live(...)` the group is checkpointed under
+    <root>/jobs/ckpt/ and resumes from there. Returns whether it trained."""
+    wanted = list(group if wanted is None else wanted)
+    if not missing_seeds(cfg, wanted, store, report=False):
+        return False
+    what = f"train {cfg.task.name} {cfg.model.arch} {cfg.model.boundary}, seeds {group[0]}-{group[-1]}"
+    with store.lock(group_id(cfg, group), f"running '{what}'"):
+        if not missing_seeds(cfg, wanted, store):  # stored by another process while we waited
+            return False
+        settings = _LIVE.get() or Live()
+        checkpoint = checkpoint_path(store, cfg, group) if settings.checkpoint_every > 0 else None
+        on_step = None
+        if settings.report is not None:
+            on_step = lambda done, total, loss: settings.report(what, done, total, loss)  # noqa: E731
+        results = train_and_evaluate(cfg, group, experiment, device, progress, checkpoint, settings.checkpoint_every,
+                                     on_step)  # fmt: skip
+        store_group(store, cfg, results)
+        if checkpoint is not None:
+            checkpoint.unlink(missing_ok=True)  # the runs are stored: the checkpoint has done its job
+    return True
 
 
 def ensure_runs(
@@ -130,27 +172,13 @@ def ensure_runs(
     store: Store,
     experiment: str = "train",
     device: str = "cpu",
-    group_size: int = 16,
     progress: bool = True,
 ) -> list[str]:
-    """Train and evaluate every seed that has no valid cached run; return all seeds' run keys.
-
-    Inside `with live(...)`, each group is checkpointed under <results>/jobs/ckpt/ and resumes from there."""
+    """Train and evaluate every seed without a valid cached run, always in its whole group (RunConfig.group);
+    return the seeds' run keys."""
     seeds = list(seeds)
-    todo = missing_seeds(cfg, seeds, store)
-    settings = _LIVE.get() or Live()
-    for group in groups_of(todo, group_size):
-        checkpoint = checkpoint_path(store, cfg, group) if settings.checkpoint_every > 0 else None
-        on_step = None
-        if settings.report is not None:
-            what = f"train {cfg.task.name} {cfg.model.arch} {cfg.model.boundary}, seeds {', '.join(map(str, group))}"
-            on_step = lambda done, total, loss, what=what: settings.report(what, done, total, loss)
-        for key, manifest, state, rows in train_and_evaluate(
-            cfg, group, experiment, device, progress, checkpoint, settings.checkpoint_every, on_step
-        ):
-            store.save_run(key, manifest, state, rows)
-        if checkpoint is not None:
-            checkpoint.unlink(missing_ok=True)  # the runs are stored: the checkpoint has done its job
+    for group in cfg.groups(seeds):
+        train_and_store(cfg, group, store, experiment, device, progress, wanted=[s for s in group if s in seeds])
     return [cfg.run_key(s) for s in seeds]
 
 
@@ -163,7 +191,7 @@ def load_models(store: Store, keys: list[str]) -> tuple[LoopedLM, RunConfig, lis
     cfg = cfgs.pop()
     model = LoopedLM(cfg.model, members=len(keys))
     for i, key in enumerate(keys):
-        model.load_member(i, store.load_checkpoint(key))
+        model.load_member(i, store.load_weights(key))
     return model, cfg, [m["seed"] for m in manifests]
 
 
@@ -175,16 +203,22 @@ def extend_eval(
     experiment: str = "train",
     device: str = "cpu",
     progress: bool = True,
+    needed: Callable[[pd.DataFrame], bool] | None = None,
 ) -> pd.DataFrame:
-    """Evaluate cached runs at more loop counts (or in the other boundary mode) from their checkpoints."""
-    model, cfg, seeds = load_models(store, keys)
-    mode = boundary or cfg.model.boundary
-    with torch.no_grad():
-        raw = evaluate(model.to(device), cfg.task, max(loops), mode, loops=loops, progress=progress)
-    rows = label_rows(raw, cfg, seeds, experiment, mode)
+    """Evaluate cached runs at more loop counts (or in the other boundary mode) from their weights, one run
+    at a time under its lock. With `needed`, a run whose stored rows do not need it is skipped."""
+    out = []
     for key in keys:
-        store.add_rows(key, rows[rows["run_key"] == key])
-    return rows
+        with store.lock(f"run-{key}", f"changing run {key}"):
+            if needed is not None and not needed(store.load_rows(key)):
+                continue
+            model, cfg, seeds = load_models(store, [key])
+            mode = boundary or cfg.model.boundary
+            raw = evaluate(model.to(device), cfg.task, max(loops), mode, loops=loops, progress=progress)
+            rows = label_rows(raw, cfg, seeds, experiment, mode)
+            store.add_rows(key, rows)
+            out.append(rows)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=RESULT_COLUMNS)
 
 
 def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
@@ -209,14 +243,12 @@ def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
 
 def ensure_surgery(store: Store, keys: list[str], loops: int, experiment: str, device: str, progress: bool) -> None:
     """Evaluate norm-trained runs in none mode (`norm->none` rows) where that is not cached yet."""
-    missing = []
-    for key in keys:
-        rows = store.load_rows(key)
+
+    def needed(rows: pd.DataFrame) -> bool:
         have = rows.loc[rows["boundary"] == "norm->none", "eval_loops"]
-        if have.empty or have.max() < loops:
-            missing.append(key)
-    if missing:
-        extend_eval(store, missing, list(range(1, loops + 1)), "none", experiment, device, progress)
+        return have.empty or have.max() < loops
+
+    extend_eval(store, keys, list(range(1, loops + 1)), "none", experiment, device, progress, needed)
 
 
 def collect(store: Store, keys: list[str], experiment: str) -> pd.DataFrame:

@@ -12,8 +12,9 @@ workers write into the results folder themselves (atomic writes, one folder per 
 out one job per (seed group, target): a refit depends only on its group, target and config, so a worker
 sends its arrays back and the driver stores the group (engine.e3) once all its targets are in. The seed
 groups are the ones the command would train itself (a seed's rounding, and so its result, depends on
-the size of its group: engine.train), so the results equal a one-process run's; the parallelism is
-across groups, configurations and targets, the costliest first.
+the size of its group, so RunConfig.group fixes it), so the results equal a one-process run's; the
+parallelism is across groups, configurations and targets, the costliest first. Every writer holds the
+lock of what it computes (engine.store), so two commands asking for the same work do it once.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
 
-from engine.experiments import groups_of
 from engine.presets import RunConfig
 from engine.store import Store
 
@@ -51,11 +51,12 @@ def _train_unit(cfg: RunConfig, group: list[int], experiment: str, device: str):
     return train_and_evaluate(cfg, group, experiment, resolve_device(device), progress=False)
 
 
-def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device: str, group_size: int) -> int:
-    """Train every missing (config, seed group) as a Ray task and store the results; return the task count."""
+def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device: str) -> int:
+    """Train every missing (config, seed group) as a Ray task and store the results; return the task count.
+    The driver holds each dispatched group's lock until it is stored."""
     import ray
 
-    from engine.experiments import missing_seeds
+    from engine.experiments import group_id, missing_seeds, store_group
 
     started = not ray.is_initialized()
     if started:
@@ -63,18 +64,22 @@ def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device:
     try:
         gpus = GPU_FRACTION if device != "cpu" and ray.cluster_resources().get("GPU", 0) > 0 else 0
         task = ray.remote(num_cpus=1, num_gpus=gpus)(_train_unit)
-        pending = []
-        for cfg, seeds, experiment in units:
-            todo = missing_seeds(cfg, seeds, store)
-            pending += [task.remote(cfg, group, experiment, device) for group in groups_of(todo, group_size)]
-        total, t0 = len(pending), time.perf_counter()
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for key, manifest, state, rows in ray.get(done[0]):
-                store.save_run(key, manifest, state, rows)
-            print(
-                f"ray: {total - len(pending)}/{total} groups stored ({time.perf_counter() - t0:.1f} s)", file=sys.stderr
-            )
+        with ExitStack() as locks:
+            pending = {}
+            for cfg, seeds, experiment in units:
+                for group in cfg.groups(seeds):
+                    wanted = [s for s in group if s in seeds]
+                    if not missing_seeds(cfg, wanted, store, report=False):
+                        continue
+                    locks.enter_context(store.lock(group_id(cfg, group), f"training seeds {group} of {cfg.task.name}"))
+                    if missing_seeds(cfg, wanted, store):
+                        pending[task.remote(cfg, group, experiment, device)] = cfg
+            total, t0 = len(pending), time.perf_counter()
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                store_group(store, pending.pop(done[0]), ray.get(done[0]))
+                print(f"ray: {total - len(pending)}/{total} groups stored ({time.perf_counter() - t0:.1f} s)",
+                      file=sys.stderr)  # fmt: skip
         return total
     finally:
         if started:
@@ -100,10 +105,10 @@ def local_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
 
 
 def _train_and_store(cfg: RunConfig, group: list[int], experiment: str, device: str, root: str) -> int:
-    store = Store(Path(root))
-    for key, manifest, state, rows in _train_unit(cfg, group, experiment, device):
-        store.save_run(key, manifest, state, rows)
-    return len(group)
+    from engine.experiments import train_and_store
+    from engine.train import resolve_device
+
+    return int(train_and_store(cfg, group, Store(Path(root)), experiment, resolve_device(device), progress=False))
 
 
 def _refit_target(keys: list[str], target: str, preset_name: str, device: str, root: str) -> dict:
@@ -128,8 +133,9 @@ def _refit_result(d: dict):
     return rf.RefitResult(state, d["names"], grids, losses, d["wall_s"])
 
 
-def _refit_jobs(preset_name: str, tasks, seeds: list[int], store: Store, device: str, group_size: int):
-    """(cost, function, args, (keys, target)) per group and distinct target of E3's missing refits."""
+def _refit_jobs(preset_name: str, tasks, seeds: list[int], store: Store, device: str, locks: ExitStack):
+    """(cost, function, args, (keys, target)) per training group and distinct target of E3's missing refits;
+    the group's refit lock is taken into `locks`, so the group is refit once whoever else asks for it."""
     from engine import e3
     from engine import refit as rf
     from engine.bench import training_flops
@@ -137,8 +143,16 @@ def _refit_jobs(preset_name: str, tasks, seeds: list[int], store: Store, device:
     cfg, jobs = e3.refit_config(preset_name), []
     for run, _ in experiment_units("e3", preset_name, tasks):
         cost = training_flops(run, 1) * cfg.schedule[-1] / run.train.steps
-        for group in groups_of(e3.missing_refits([run.run_key(s) for s in seeds], cfg, store), group_size):
-            keys = tuple(group)
+        for group in run.groups(seeds):
+            wanted = [run.run_key(s) for s in group if s in seeds]
+            if not e3.missing_refits(wanted, cfg, store):
+                continue
+            locks.enter_context(
+                store.lock(e3.refit_lock(run, group, cfg), f"refitting seeds {group} of {run.task.name}")
+            )
+            if not e3.missing_refits(wanted, cfg, store, report=True):
+                continue
+            keys = tuple(run.run_key(s) for s in group)
             for target in rf.distinct_targets(cfg.targets, run.model.layers_per_block):
                 jobs.append((cost * len(group), _refit_target, (list(keys), target, preset_name, device,
                                                                  str(store.root)), (keys, target)))  # fmt: skip
@@ -158,7 +172,7 @@ def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple], what: str, done_fn: 
 
 
 def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], store: Store, device: str,
-                  workers: int, group_size: int = 16) -> int:  # fmt: skip
+                  workers: int) -> int:  # fmt: skip
     """Train (and for E3 refit, one job per group and target) what `loopscope run <experiment>` needs in
     `workers` local processes; return the number of jobs."""
     from engine.bench import training_flops
@@ -166,14 +180,15 @@ def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], st
 
     jobs, root = [], str(store.root)
     for cfg, label in experiment_units(experiment, preset_name, tasks):
-        for group in groups_of(missing_seeds(cfg, seeds, store), group_size):
-            jobs.append((training_flops(cfg, len(group)), _train_and_store, (cfg, group, label, device, root)))
+        for group in cfg.groups(seeds):
+            if missing_seeds(cfg, [s for s in group if s in seeds], store, report=False):
+                jobs.append((training_flops(cfg, len(group)), _train_and_store, (cfg, group, label, device, root)))
     refits = []
-    with local_pool(workers) as pool:
+    with local_pool(workers) as pool, ExitStack() as locks:
         if jobs:
             _run_jobs(pool, jobs, "training groups")
         if experiment == "e3":
-            refits = _refit_jobs(preset_name, tasks, seeds, store, device, group_size)
+            refits = _refit_jobs(preset_name, tasks, seeds, store, device, locks)
             _run_jobs(pool, refits, "refits (group x target)", _collector(refits, store, preset_name, device))
     return len(jobs) + len(refits)
 

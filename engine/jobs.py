@@ -20,9 +20,11 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -34,11 +36,22 @@ from engine.store import REPO, Store, atomic_write
 ACTIVE, FINAL = ("queued", "running"), ("done", "failed", "cancelled")
 EXPERIMENTS = ("e2", "e3", "e4")
 CAPS = {"max_seeds": 16, "max_steps": 20_000, "max_loops": 64}  # LOOPSCOPE_MAX_SEEDS etc. override these
-_children: dict[str, subprocess.Popen] = {}  # workers this process started (polled, so none stays a zombie)
+KEY = re.compile(r"[0-9a-f]{16}")  # run keys and job ids: 16 hex digits of a sha256 (they become file names)
+YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")  # the only spellings LOOPSCOPE_READ_ONLY takes
 
 
 class Refused(PermissionError):
     """The deployment does not allow this job (read-only, or over a cap); the message says which."""
+
+
+def check_run_key(root: Path, key: str) -> None:
+    """Raise ValueError unless key can only name a run folder inside root: keys become paths, so no '..',
+    and no symbolic link that leads out of the results folder."""
+    if not (isinstance(key, str) and KEY.fullmatch(key)):
+        raise ValueError(f"{key!r} is not a run key (16 hex digits); 'loopscope list' shows the cached runs.")
+    root = Path(root).resolve()
+    if not (root / "runs" / key).resolve().is_relative_to(root):
+        raise ValueError(f"run {key} leads outside {root} (a symbolic link); keep the runs inside the results folder.")
 
 
 @dataclass(frozen=True)
@@ -101,29 +114,65 @@ def describe(spec: Spec) -> str:
 # ---------------------------------------------------------------- what a deployment allows
 
 
+def _setting(name: str) -> str:
+    """LOOPSCOPE_<NAME>, stripped; empty when unset (an empty variable counts as unset)."""
+    return os.environ.get(f"LOOPSCOPE_{name.upper()}", "").strip()
+
+
+def read_only_setting() -> bool | None:
+    """LOOPSCOPE_READ_ONLY as True/False, None when unset. Anything but a clear yes or no raises Refused:
+    a typo such as 'enabled' must not leave a public copy writable."""
+    value = _setting("read_only")
+    if not value:
+        return None
+    if value.lower() in YES + NO:
+        return value.lower() in YES
+    raise Refused(
+        f"LOOPSCOPE_READ_ONLY={value!r} is neither yes ({', '.join(YES)}) nor no ({', '.join(NO)}), "
+        "so this loopscope stays read-only; set it to one of those."
+    )
+
+
 def read_only() -> bool:
-    return os.environ.get("LOOPSCOPE_READ_ONLY", "").strip().lower() in ("1", "true", "yes", "on")
+    """Fails closed: an unclear setting reads as read-only (read_only_setting says what is wrong)."""
+    try:
+        return bool(read_only_setting())
+    except Refused:
+        return True
+
+
+def refuse_writes() -> None:
+    """Raise Refused, with the reason, on a read-only deployment: every writer below calls this first."""
+    if read_only_setting():  # raises itself on an unclear setting
+        raise Refused("this loopscope is read-only (LOOPSCOPE_READ_ONLY is set): it shows results but runs nothing.")
 
 
 def adopt_settings(secrets) -> None:
     """Take read_only and the caps from a mapping such as st.secrets into the environment, where check()
-    reads them (so the worker side refuses what the page hides); a variable already set wins."""
+    reads them (so the worker side refuses what the page hides); a variable already set, and not empty, wins."""
     for name in ("read_only", *CAPS):
         try:
             value = secrets[name]
         except Exception:  # not set, or no secrets file at all
             continue
-        os.environ.setdefault(f"LOOPSCOPE_{name.upper()}", str(value).lower())
+        if not _setting(name):
+            os.environ[f"LOOPSCOPE_{name.upper()}"] = str(value).strip().lower()
 
 
 def caps() -> dict[str, int]:
-    return {k: int(os.environ.get(f"LOOPSCOPE_{k.upper()}", v)) for k, v in CAPS.items()}
+    """The caps, LOOPSCOPE_MAX_* where set; Refused if one is not a whole number (no cap is no guess)."""
+    found = {}
+    for name, default in CAPS.items():
+        value = _setting(name) or str(default)
+        if not re.fullmatch(r"[0-9]{1,9}", value):
+            raise Refused(f"LOOPSCOPE_{name.upper()}={value!r} is not a whole number; set it to one, e.g. {default}.")
+        found[name] = int(value)
+    return found
 
 
 def check(spec: Spec, store: Store) -> None:
     """Raise Refused (read-only, over a cap) or ValueError (nonsense) before anything is started."""
-    if read_only():
-        raise Refused("this loopscope is read-only (LOOPSCOPE_READ_ONLY is set): it shows results but runs nothing.")
+    refuse_writes()
     cap = caps()
     if isinstance(spec, TrainSpec):
         seeds, steps, loops = spec.seeds, spec.config.train.steps, spec.config.eval_loops
@@ -133,6 +182,7 @@ def check(spec: Spec, store: Store) -> None:
         cfg = [preset(spec.preset, task) for task in spec.tasks][0]  # an unknown task raises here
         seeds, steps, loops = spec.seeds, cfg.train.steps, cfg.eval_loops
     else:
+        check_run_key(store.root, spec.run_key)
         if store.status(spec.run_key) != "ok":
             raise ValueError(f"run {spec.run_key} is not a valid cached run under {store.root}.")
         seeds, steps, loops = (), 0, spec.loops
@@ -173,8 +223,15 @@ def jobs_dir(root: Path) -> Path:
     return Path(root) / "jobs"
 
 
+def job_file(root: Path, jid: str, suffix: str = ".json") -> Path:
+    if not KEY.fullmatch(jid):  # job ids become file names: no '..'
+        raise ValueError(f"{jid!r} is not a job id (16 hex digits)")
+    return jobs_dir(root) / f"{jid}{suffix}"
+
+
 @contextmanager
 def _locked(root: Path):
+    refuse_writes()  # every write of a job file (and of the lock file) comes through here
     folder = jobs_dir(root)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "a") as f:
@@ -184,7 +241,7 @@ def _locked(root: Path):
 
 def _read(root: Path, jid: str) -> dict | None:
     """The job file as a dict; None if absent; ValueError if it is not a job file."""
-    path = jobs_dir(root) / f"{jid}.json"
+    path = job_file(root, jid)
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
@@ -207,7 +264,7 @@ def _update(root: Path, jid: str, **fields) -> dict:
 
 def _write(root: Path, record: dict) -> dict:
     record["updated"] = time.time()
-    atomic_write(jobs_dir(root) / f"{record['job_id']}.json", json.dumps(record, indent=1).encode())
+    atomic_write(job_file(root, record["job_id"]), json.dumps(record, indent=1).encode())
     return record
 
 
@@ -216,8 +273,6 @@ def _alive(pid: int | None, host: str = "") -> bool:
         return False
     if host and host != platform.node():
         return True  # another machine's worker (a shared folder): trust its file
-    for proc in _children.values():
-        proc.poll()  # reap our own finished workers
     try:  # a zombie (killed, not yet reaped by its parent) is not alive
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
@@ -269,18 +324,19 @@ def submit(spec: Spec, root: Path) -> str:
         }  # fmt: skip
         _write(root, record)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-        with open(jobs_dir(root) / f"{jid}.log", "ab") as log:
+        with open(job_file(root, jid, ".log"), "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "engine.jobs", str(root.resolve()), jid],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
-        _children[jid] = proc
+        threading.Thread(target=proc.wait, name=f"reap-{jid}", daemon=True).start()  # no zombie when it ends
         _write(root, record | {"pid": proc.pid})
     return jid
 
 
 def cancel(jid: str, root: Path, grace_s: float = 5.0) -> Job:
     """Terminate the worker's process group (SIGKILL after grace_s) and mark the job cancelled."""
+    refuse_writes()  # a read-only copy ends nothing either
     job = status(jid, root)
     if not job.active:
         return job
@@ -350,9 +406,19 @@ def execute(spec: Spec, store: Store, report) -> str:
         return f"done: {len(rows)} rows added to run {spec.run_key} and to {', '.join(tables) or 'no table'}."
 
 
-def work(root: Path, jid: str) -> int:
+def job_spec(root: Path, jid: str) -> Spec:
+    """The spec of job jid, for a worker about to run it: Refused on a read-only deployment, ValueError if
+    jid is not a job id or names no job file; either before anything is written."""
+    refuse_writes()
     record = _read(root, jid)
-    spec = spec_from_dict(record["spec"])
+    if record is None:
+        raise ValueError(f"no job {jid} under {jobs_dir(root)}; submit() writes it before starting a worker")
+    return spec_from_dict(record["spec"])
+
+
+def work(root: Path, jid: str, spec: Spec | None = None) -> int:
+    """Run job jid in this process (the worker)."""
+    spec = spec or job_spec(root, jid)
     _update(root, jid, state="running", pid=os.getpid(), host=platform.node(), message="starting")
     try:
         message = execute(spec, Store(root), Reporter(root, jid))
@@ -363,5 +429,19 @@ def work(root: Path, jid: str) -> int:
     return 0
 
 
+def main(argv: list[str]) -> int:
+    """`python -m engine.jobs RESULTS JOB_ID`, as submit() starts it: a refusal is one line in the job's log
+    and exit 2; an error while running is the job's `failed` message (and a traceback in the log)."""
+    try:
+        if len(argv) != 2:
+            raise ValueError("usage: python -m engine.jobs RESULTS_DIR JOB_ID (engine.jobs.submit starts it)")
+        root, jid = Path(argv[0]), argv[1]
+        spec = job_spec(root, jid)
+    except (Refused, ValueError) as e:
+        print(f"engine.jobs: {e}", file=sys.stderr)
+        return 2
+    return work(root, jid, spec)
+
+
 if __name__ == "__main__":
-    sys.exit(work(Path(sys.argv[1]), sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))

@@ -244,6 +244,12 @@ class LoopedLM(nn.Module):
     def member_state(self, i: int) -> dict[str, Tensor]:
         return {k: v[i].detach().clone().contiguous() for k, v in self.state_dict().items()}
 
+    def member(self, i: int) -> LoopedLM:
+        """Member i alone, as a one-member model (its own copy of the weights, on the same device)."""
+        one = LoopedLM(self.cfg, members=1).to(self.embed_tokens.device)
+        one.load_member(0, self.member_state(i))
+        return one
+
     def load_member(self, i: int, state: dict[str, Tensor]) -> None:
         own = self.state_dict()
         if set(state) != set(own):

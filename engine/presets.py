@@ -26,9 +26,10 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     loss_over_steps: bool = False  # False: loss at the final loop step only
+    group_size: int = 16  # seeds trained as one batch: seed s always trains with seeds G*(s//G) .. G*(s//G)+G-1
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "warmup_steps"):
+        for name in ("steps", "batch_size", "warmup_steps", "group_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
         if self.batch_size % 2:
@@ -47,6 +48,17 @@ class RunConfig:
     def __post_init__(self):
         if self.eval_loops < 1:
             raise ValueError(f"eval_loops must be at least 1, got {self.eval_loops}.")
+
+    def group(self, seed: int) -> list[int]:
+        """The seeds seed `seed` trains with. Batched kernels round differently for different group sizes,
+        so a seed's weights depend on its group; fixing the group by the config makes them depend on the
+        run key alone, however a run was asked for, interrupted or repaired."""
+        G = self.train.group_size
+        return list(range(seed // G * G, seed // G * G + G))
+
+    def groups(self, seeds) -> list[list[int]]:
+        """The groups that hold `seeds`, in order."""
+        return [list(g) for g in sorted({tuple(self.group(s)) for s in seeds})]
 
     def run_key(self, seed: int) -> str:
         blob = json.dumps({"config": asdict(self), "seed": seed}, sort_keys=True)
@@ -90,7 +102,8 @@ def smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
         else default_task("chain", 2, 1, chains=1, variables=8, order="ordered", eval_examples=128)
     )
     model = ModelConfig(VOCAB_SIZE, d_model=32, n_heads=2, d_ff=96, layers_per_block=1, trained_loops=3)
-    return _make(t, model, TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup_steps=20), boundary, arch)
+    train = TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup_steps=20, group_size=2)
+    return _make(t, model, train, boundary, arch)
 
 
 def cpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:

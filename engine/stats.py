@@ -2,6 +2,12 @@
 
 The seed is the experimental unit: every CI resamples seeds, and DataFrame helpers first
 average any repeated rows within a seed. All functions are pure; nothing runs at import.
+
+Unpaired (the paper's analysis): Cliff's delta, Mann-Whitney p, bootstrap CIs per group
+(`summarize_modes`). Paired (the design: a seed's `norm` and `none` models, or its looped and
+stacked models, share initial weights and data): Wilcoxon signed-rank p on per-seed differences,
+a bootstrap CI of their mean, and Holm-adjusted p-values per side of the trained budget T
+(`paired_summary`, which also reports the unpaired statistics on the same seeds).
 """
 
 from __future__ import annotations
@@ -20,10 +26,14 @@ __all__ = [
     "bootstrap_ci_mean",
     "cliffs_delta",
     "delta_magnitude",
+    "holm",
     "mann_whitney_p",
     "mean_ci",
+    "paired_mean_ci",
+    "paired_summary",
     "seed_means",
     "summarize_modes",
+    "wilcoxon_p",
     "with_range",
 ]
 
@@ -133,6 +143,60 @@ def bootstrap_ci_delta(x: Sequence[float], y: Sequence[float], n_resamples: int 
     return _bootstrap((x, y), _delta_vec, cliffs_delta(x, y), n_resamples, rng_seed)
 
 
+def wilcoxon_p(x: Sequence[float], y: Sequence[float], alternative: str = "two-sided") -> float:
+    """Wilcoxon signed-rank p-value on the paired differences d = x - y (pairs share an index).
+
+    alternative: "two-sided", "greater" (d tends to be > 0) or "less". Zero differences are
+    dropped (zero_method="wilcox"): they say nothing about the direction, and dropping them keeps
+    the exact null distribution available ("zsplit" would rank them and rule that out). On the
+    remaining m differences scipy's method="auto" is exact: the signed-rank distribution when m
+    <= 50 without tied |d|, all 2^m sign flips when there are ties and m <= 13; otherwise the
+    normal approximation with tie and continuity corrections. All differences zero -> 1.0; pairs
+    with a NaN are dropped; no pairs -> NaN.
+    """
+    x, y = _arr(x), _arr(y)
+    if x.size != y.size:
+        raise ValueError(f"paired samples need equal lengths, got {x.size} and {y.size}")
+    d = x - y
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        return float("nan")
+    d = d[d != 0]
+    if d.size == 0:
+        return 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = stats.wilcoxon(d, zero_method="wilcox", alternative=alternative, method="auto")
+    return float(res.pvalue)
+
+
+def holm(pvalues: Sequence[float]) -> np.ndarray:
+    """Holm-Bonferroni step-down adjusted p-values, in the input order.
+
+    With the m non-NaN p sorted ascending, p_adj(i) = min(1, max_{j <= i} (m - j + 1) p(j));
+    NaNs stay NaN and do not count towards m.
+    """
+    p = _arr(pvalues)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    m = int(ok.sum())
+    order = np.argsort(p[ok], kind="stable")
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(np.maximum.accumulate((m - np.arange(m)) * p[ok][order]), 1.0)
+    out[ok] = adjusted
+    return out
+
+
+def paired_mean_ci(diffs: Sequence[float], n_resamples: int = 2000, rng_seed: int = 0) -> CI:
+    """Mean per-seed difference with a 95% bootstrap CI resampling seeds (pairs), NaNs dropped.
+
+    Same helper as the unpaired CIs: BCa, percentile where BCa is undefined, and "degenerate"
+    (estimate, estimate) when all differences agree or there is a single pair.
+    """
+    d = _arr(diffs)
+    return bootstrap_ci_mean(d[~np.isnan(d)], n_resamples, rng_seed)
+
+
 def _per_unit(df: pd.DataFrame, keys: list[str], col: str, unit_col: str | None) -> pd.DataFrame:
     """Collapse repeated rows to one value per unit, so n counts seeds, not examples."""
     if unit_col is None or unit_col not in df.columns:
@@ -208,3 +272,80 @@ def seed_means(rows: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
     """One value per seed and group: the metric averaged over the difficulties of the group."""
     picked = rows[rows["metric"] == metric]
     return picked.groupby([*by, "seed"], as_index=False)["value"].mean()
+
+
+PAIRED_COLUMNS: tuple[str, ...] = (
+    "n_pairs", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high", "ci_method",
+    "wilcoxon_p", "wilcoxon_p_holm", "cliffs_delta", "mann_whitney_p", "trained_loops", "side",
+)  # fmt: skip
+
+
+def paired_summary(
+    rows: pd.DataFrame,
+    by: Sequence[str],
+    pair_col: str,
+    a: str,
+    b: str,
+    unit_col: str = "seed",
+    value_col: str = "value",
+    trained_loops: int | str | None = None,
+    *,
+    loops_col: str = "eval_loops",
+    alternative: str = "two-sided",
+    n_resamples: int = 2000,
+    rng_seed: int = 0,
+) -> pd.DataFrame:
+    """Per group of `by`, compare mode a against mode b of `pair_col` seed by seed.
+
+    Repeated rows of a unit are averaged first; a unit counts as a pair when both modes have a
+    value (n_pairs). Columns: mean_a, mean_b and mean_diff = mean(a - b) over the pairs, with
+    ci_low/ci_high/ci_method from paired_mean_ci; wilcoxon_p on a - b (see wilcoxon_p for
+    `alternative`); and, on the same paired units but ignoring the pairing, the paper's unpaired
+    cliffs_delta(a, b) (positive when a is larger) and two-sided mann_whitney_p.
+
+    T (column trained_loops) is `trained_loops` when an int; the per-group value of that column
+    when a name; the column "trained_loops" when None and rows has it (each group must carry one
+    T). side is "below", "at" or "beyond" as the group's `loops_col` (which must be in `by`) is
+    <, == or > T. Holm family: the rows sharing every `by` key except `loops_col`, and the side;
+    so wilcoxon_p_holm adjusts across the eval-loop counts below T and, separately, across those
+    beyond T, while the n = T row is a family of one (unadjusted).
+    """
+    keys = list(by)
+    if loops_col not in keys:
+        raise ValueError(f"`by` must contain the loop-count column {loops_col!r}")
+    t_col = trained_loops if isinstance(trained_loops, str) else None
+    if trained_loops is None and "trained_loops" in rows.columns:
+        t_col = "trained_loops"
+    if trained_loops is None and t_col is None:
+        raise ValueError("no trained budget T: pass trained_loops (an int or a column of rows)")
+    out = []
+    for key, g in rows[rows[pair_col].isin([a, b])].groupby(keys, dropna=False, sort=True):
+        ts = g[t_col].unique() if t_col is not None else [trained_loops]
+        if len(ts) != 1:
+            raise ValueError(f"group {key} has several trained budgets in {t_col!r}: {list(ts)}")
+        group = dict(zip(keys, key, strict=True))
+        t, n = int(ts[0]), group[loops_col]
+        units = g.groupby([unit_col, pair_col], sort=True)[value_col].mean().unstack(pair_col)
+        pairs = units.reindex(columns=[a, b]).dropna()
+        xa, xb = pairs[a].to_numpy(dtype=float), pairs[b].to_numpy(dtype=float)
+        ci = paired_mean_ci(xa - xb, n_resamples, rng_seed)
+        stat = {
+            "n_pairs": len(pairs),
+            "mean_a": xa.mean() if len(pairs) else np.nan,
+            "mean_b": xb.mean() if len(pairs) else np.nan,
+            "mean_diff": ci.estimate,
+            "ci_low": ci.low,
+            "ci_high": ci.high,
+            "ci_method": ci.method,
+            "wilcoxon_p": wilcoxon_p(xa, xb, alternative),
+            "cliffs_delta": cliffs_delta(xa, xb),
+            "mann_whitney_p": mann_whitney_p(xa, xb),
+            "trained_loops": t,
+            "side": "below" if n < t else "at" if n == t else "beyond",
+        }
+        out.append(group | stat | {"wilcoxon_p_holm": stat["wilcoxon_p"]})
+    res = pd.DataFrame(out, columns=[*keys, *(c for c in PAIRED_COLUMNS if c not in keys)])
+    family = [k for k in keys if k != loops_col] + ["side"]
+    for _, idx in res.groupby(family, dropna=False, sort=False).groups.items():
+        res.loc[idx, "wilcoxon_p_holm"] = holm(res.loc[idx, "wilcoxon_p"].to_numpy())
+    return res

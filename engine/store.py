@@ -1,25 +1,32 @@
-"""The results store: one folder per run, written atomically, checked before every read.
+"""The results store: one folder per run, every change one atomic step, checked before every read.
 
-    <root>/runs/<run_key>/model.safetensors   the trained weights of one seed
-    <root>/runs/<run_key>/rows.parquet        its tidy evaluation rows (RESULT_COLUMNS)
-    <root>/runs/<run_key>/manifest.json       config, provenance and the files' sha256
-    <root>/<experiment>.parquet               one table per experiment, assembled from runs
+    <root>/runs/<run_key>/model-<sha>.safetensors   the trained weights of one seed
+    <root>/runs/<run_key>/rows-<sha>.parquet        its tidy evaluation rows (RESULT_COLUMNS)
+    <root>/runs/<run_key>/manifest.json             config, provenance, and which files hold the run
+    <root>/<experiment>.parquet                     one table per experiment, assembled from runs
+    <root>/locks/<name>.lock                        flock'ed by whoever computes or changes a run
 
-Every file is written to a temporary name and renamed into place; the manifest goes last, so a
-run without a manifest that matches its files is not a run. A checksum mismatch is reported and
-the run is redone; a corrupt file is never loaded.
+A change to a run writes its new files under new names (each named by its checksum), then replaces
+the manifest atomically, then removes what the manifest no longer names. A reader therefore sees the
+old run or the new one, never a mix, whenever a process dies. Every read checks the file against the
+manifest's sha256; a mismatch is reported and the run redone, a corrupt file is never loaded.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
 import os
 import platform
+import re
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +40,37 @@ RESULT_COLUMNS = [
     "trained_loops", "eval_loops", "difficulty", "metric", "value",
 ]  # fmt: skip
 ROW_KEY = [c for c in RESULT_COLUMNS if c != "value"]
-MODEL, ROWS, MANIFEST = "model.safetensors", "rows.parquet", "manifest.json"
+MODEL, ROWS, MANIFEST = "model.safetensors", "rows.parquet", "manifest.json"  # a run's files, by role
 REPO = Path(__file__).resolve().parents[1]
+KEY = re.compile(r"[0-9a-f]{16}")
 
 
 class CorruptRun(Exception):
     """A run folder whose files do not match its manifest."""
+
+
+class BadKey(ValueError):
+    """A string used as a run key that is not one (16 lowercase hex digits)."""
+
+
+def check_key(key: str) -> str:
+    if not isinstance(key, str) or not KEY.fullmatch(key):
+        raise BadKey(f"{key!r} is not a run key (16 hex digits, as 'loopscope list' prints them).")
+    return key
+
+
+def stored_name(role: str, data: bytes) -> str:
+    """The file name a role's bytes are stored under: `model.safetensors` -> `model-<sha12>.safetensors`."""
+    stem, suffix = role.split(".", 1)
+    return f"{stem}-{sha256(data)[:12]}.{suffix}"
+
+
+def file_of(files: dict[str, str], role: str) -> str | None:
+    """The stored name of a role in a manifest's files (`model.safetensors` itself in older runs)."""
+    stem, suffix = role.split(".", 1)
+    pattern = re.compile(rf"{re.escape(stem)}(-[0-9a-f]{{12}})?\.{re.escape(suffix)}")
+    names = [n for n in files if pattern.fullmatch(n)]
+    return names[0] if len(names) == 1 else None
 
 
 def sha256(data: bytes) -> str:
@@ -51,7 +83,25 @@ def atomic_write(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    _fault_point(path)
     os.replace(tmp, path)
+
+
+_writes: dict[str, int] = {}
+
+
+def _fault_point(path: Path) -> None:
+    """Fault injection for the crash tests: LOOPSCOPE_FAULT=<text>:<n> kills this process (SIGKILL, as
+    `kill -9` would) at the n-th write whose file name contains <text>, after the new bytes are on disk
+    and before they take their name."""
+    spec = os.environ.get("LOOPSCOPE_FAULT")
+    if not spec:
+        return
+    text, n = spec.rsplit(":", 1)
+    if text in path.name:
+        _writes[text] = _writes.get(text, 0) + 1
+        if _writes[text] == int(n):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def parquet_bytes(df: pd.DataFrame) -> bytes:
@@ -97,46 +147,58 @@ def provenance(device: str) -> dict:
     }
 
 
+def valid_manifest(m) -> str | None:
+    """None if `m` has a run manifest's shape, else what is wrong with it."""
+    if not isinstance(m, dict):
+        return f"is a JSON {type(m).__name__}, not an object"
+    files = m.get("files")
+    if not isinstance(files, dict) or not files:
+        return "names no files"
+    if not all(isinstance(n, str) and "/" not in n and not n.startswith(".") and isinstance(h, str)
+               for n, h in files.items()):  # fmt: skip
+        return "names a file outside its folder or without a checksum"
+    if not isinstance(m.get("config", {}), dict) or not isinstance(m.get("seed", 0), int):
+        return "has a config or seed of the wrong type"
+    return None
+
+
 @dataclass
 class Store:
     root: Path
+    folder: str = "runs"  # where the run folders live under root (E3's refits: "refits")
+    columns: tuple[str, ...] = tuple(RESULT_COLUMNS)  # the columns a run's rows keep
 
     def __post_init__(self):
         self.root = Path(self.root)
 
     # -- layout
     def run_dir(self, key: str) -> Path:
-        return self.root / "runs" / key
+        return self.root / self.folder / check_key(key)
 
     def run_keys(self) -> list[str]:
-        runs = self.root / "runs"
-        return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
-
-    def check_writable(self) -> None:
-        """Raise PermissionError with a sentence if results cannot be written under root."""
-        probe_dir = self.root
-        while not probe_dir.exists():
-            probe_dir = probe_dir.parent
-        if not probe_dir.is_dir() or not os.access(probe_dir, os.W_OK | os.X_OK):
-            raise PermissionError(
-                f"cannot write results under {self.root} ({probe_dir} is not a writable folder); "
-                "pass --results DIR with a folder you can write, or fix its permissions."
-            )
+        runs = self.root / self.folder
+        return sorted(p.name for p in runs.iterdir() if p.is_dir() and KEY.fullmatch(p.name)) if runs.is_dir() else []
 
     # -- reading, always verified
     def manifest(self, key: str) -> dict:
         path = self.run_dir(key) / MANIFEST
         try:
-            return json.loads(path.read_text())
+            m = json.loads(path.read_text())
         except FileNotFoundError as e:
             raise CorruptRun(f"run {key}: no manifest (an interrupted write?)") from e
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise CorruptRun(f"run {key}: manifest.json is not valid JSON") from e
+        wrong = valid_manifest(m)
+        if wrong:
+            raise CorruptRun(f"run {key}: manifest.json {wrong}")
+        return m
 
-    def _read_verified(self, key: str, name: str) -> bytes:
-        files = self.manifest(key).get("files", {})
-        if name not in files:
-            raise CorruptRun(f"run {key}: the manifest lists no {name}")
+    def read(self, key: str, role: str) -> bytes:
+        """The verified bytes of a run's file by role (MODEL, ROWS, ...)."""
+        files = self.manifest(key)["files"]
+        name = file_of(files, role)
+        if name is None:
+            raise CorruptRun(f"run {key}: the manifest lists no {role}")
         try:
             data = (self.run_dir(key) / name).read_bytes()
         except FileNotFoundError as e:
@@ -150,40 +212,84 @@ class Store:
         if not self.run_dir(key).exists():
             return "missing"
         try:
-            for name in self.manifest(key).get("files", {}):
-                self._read_verified(key, name)
+            for name, digest in self.manifest(key)["files"].items():
+                path = self.run_dir(key) / name
+                if not path.is_file():
+                    return f"run {key}: {name} is missing"
+                if sha256(path.read_bytes()) != digest:
+                    return f"run {key}: {name} does not match its checksum (truncated or corrupt)"
         except CorruptRun as e:
             return str(e)
         return "ok"
 
-    def load_checkpoint(self, key: str) -> dict[str, torch.Tensor]:
-        return load_safetensors(self._read_verified(key, MODEL))
+    def load_weights(self, key: str) -> dict[str, torch.Tensor]:
+        return load_safetensors(self.read(key, MODEL))
 
     def load_rows(self, key: str) -> pd.DataFrame:
-        return pd.read_parquet(io.BytesIO(self._read_verified(key, ROWS)))
+        return pd.read_parquet(io.BytesIO(self.read(key, ROWS)))
 
-    # -- writing, atomically, manifest last
-    def save_run(self, key: str, manifest: dict, state: dict[str, torch.Tensor], rows: pd.DataFrame) -> None:
+    # -- writing: new files under new names, then the manifest in one rename, then cleaning up
+    def commit(self, key: str, manifest: dict, blobs: dict[str, bytes], keep: dict[str, str] | None = None) -> None:
+        """Make `manifest` (plus `files`) the run's state in one atomic step: blobs are role -> bytes;
+        keep is stored name -> sha256 of files that stay. Files the new manifest does not name go."""
         folder = self.run_dir(key)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / MANIFEST).unlink(missing_ok=True)  # not a run until the new manifest lands
-        model_bytes = save_safetensors(state)
-        rows_bytes = parquet_bytes(rows[RESULT_COLUMNS])
-        atomic_write(folder / MODEL, model_bytes)
-        atomic_write(folder / ROWS, rows_bytes)
-        manifest = dict(manifest, run_key=key, files={MODEL: sha256(model_bytes), ROWS: sha256(rows_bytes)})
+        files = dict(keep or {})
+        for role, data in blobs.items():
+            name = stored_name(role, data)
+            if not ((folder / name).is_file() and sha256((folder / name).read_bytes()) == sha256(data)):
+                atomic_write(folder / name, data)
+            files[name] = sha256(data)
+        manifest = dict(manifest, files=files)
         atomic_write(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+        for path in folder.iterdir():  # what no manifest names: replaced files, a dead writer's temporaries
+            if path.name != MANIFEST and path.name not in files:
+                path.unlink(missing_ok=True)
+
+    def save_run(self, key: str, manifest: dict, state: dict[str, torch.Tensor], rows: pd.DataFrame) -> None:
+        blobs = {MODEL: save_safetensors(state), ROWS: parquet_bytes(rows[list(self.columns)])}
+        self.commit(key, {**manifest, "run_key": key}, blobs)
 
     def add_rows(self, key: str, rows: pd.DataFrame) -> pd.DataFrame:
         """Merge new rows into a run's table (a new value replaces the old one); returns the merged table."""
         manifest = self.manifest(key)
-        merged = pd.concat([self.load_rows(key), rows[RESULT_COLUMNS]], ignore_index=True)
-        merged = merged.drop_duplicates(ROW_KEY, keep="last").reset_index(drop=True)
-        data = parquet_bytes(merged)
-        atomic_write(self.run_dir(key) / ROWS, data)
-        manifest["files"][ROWS] = sha256(data)
-        atomic_write(self.run_dir(key) / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+        merged = pd.concat([self.load_rows(key), rows[list(self.columns)]], ignore_index=True)
+        row_key = [c for c in self.columns if c != "value"]
+        merged = merged.drop_duplicates(row_key, keep="last").reset_index(drop=True)
+        files = manifest.pop("files")
+        keep = {n: h for n, h in files.items() if n != file_of(files, ROWS)}
+        self.commit(key, manifest, {ROWS: parquet_bytes(merged)}, keep)
         return merged
+
+    # -- locks: one writer per run, group or refit at a time, across processes
+    @contextmanager
+    def lock(self, name: str, what: str) -> Iterator[None]:
+        """Hold <root>/locks/<name>.lock; if another process holds it, say so and wait for it."""
+        path = self.root / "locks" / f"{name}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"loopscope: another process is {what}; waiting for it.", file=sys.stderr)
+                fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def check_writable(self) -> None:
+        """Raise PermissionError with a sentence unless a file can really be created under root."""
+        probe = self.root / f".loopscope-probe-{os.getpid()}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise PermissionError(
+                f"cannot write results under {self.root} ({e.strerror or type(e).__name__}); "
+                "pass --results DIR with a folder you can write, or fix its permissions."
+            ) from None
 
     def write_table(self, experiment: str, rows: pd.DataFrame) -> Path:
         path = self.root / f"{experiment}.parquet"

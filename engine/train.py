@@ -7,7 +7,8 @@ gradient is its own), gradient clipping (per-member norm). AdamW is elementwise,
 update does not see its neighbours either. In floating point one thing does reach a member: the
 group's size (batched kernels block, and so round, differently for some sizes), which training
 amplifies. A seed's result is bit-reproducible for a given group size, whichever seeds share the
-group and however many threads run it (dev/LOG.md, 2026-12-03), not across group sizes.
+group and however many threads run it (dev/LOG.md, 2026-12-03), not across group sizes: so the config
+fixes each seed's group (RunConfig.group). Training batches never hold a held-out example (tasks.train_batch).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def test_module_entry_point_has_no_traceback(tmp_path):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "no run 'nope'" in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "'nope' is not a run key" in proc.stderr
 
 
 def test_run_all_runs_e2_e3_e4_in_order_and_reruns_from_cache(tmp_path, capsys, monkeypatch):
@@ -119,16 +119,18 @@ def test_local_workers_store_what_one_process_would(tmp_path, capsys):
     one, two = Store(tmp_path / "one"), Store(tmp_path / "two")
     assert one.run_keys() == two.run_keys() and len(one.run_keys()) == 2
     for key in one.run_keys():
-        a, b = one.load_checkpoint(key), two.load_checkpoint(key)
+        a, b = one.load_weights(key), two.load_weights(key)
         assert all(torch.equal(a[k], b[k]) for k in a)
     import pandas as pd
 
     pd.testing.assert_frame_equal(one.read_table("e3-smoke"), two.read_table("e3-smoke"))
     from safetensors.torch import load_file
 
-    refits = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one" / "refits").glob("*/refit.safetensors"))
+    refits = sorted(
+        p.relative_to(tmp_path / "one") for p in (tmp_path / "one" / "refits").glob("*/refit-*.safetensors")
+    )
     assert len(refits) == 2 and refits == sorted(
-        p.relative_to(tmp_path / "two") for p in (tmp_path / "two" / "refits").glob("*/refit.safetensors")
+        p.relative_to(tmp_path / "two") for p in (tmp_path / "two" / "refits").glob("*/refit-*.safetensors")
     )
     for path in refits:
         a, b = load_file(tmp_path / "one" / path), load_file(tmp_path / "two" / path)

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from safetensors.torch import load_file
+from safetensors.torch import load as load_safetensors
 
 from engine import e3, experiments
 from engine import refit as rf
@@ -43,12 +43,12 @@ def test_table_columns_targets_and_identities(e3_rows):
 def test_stored_refits_hold_only_the_refit_parameters(e3_rows):
     store, rows = e3_rows
     key = e3.refit_key(rows.run_key.iloc[0], SHORT)
-    state = load_file(store.root / "refits" / key / e3.STATE)
+    state = load_safetensors(e3.refit_store(store).read(key, e3.STATE))
     head_last = {k.split("/", 1)[1] for k in state if k.startswith("head+last/")}
     assert {k for k in state if k.startswith("head/")} == {"head/lm_head.weight"}
     assert head_last == {"lm_head.weight"} | {k for k in head_last if k.startswith("layers.0.")}
     assert len(head_last) == 12  # the head and the 11 tensors (4 gains, 7 matrices) of the block's one layer
-    manifest = e3.RefitStore(store.root / "refits").manifest(key)
+    manifest = e3.refit_store(store).manifest(key)
     assert manifest["computed_targets"]["head+last"] == ["head+last", "head+first", "head+middle"]
 
 
@@ -97,10 +97,11 @@ def test_plateau_and_claim_verdicts_on_hand_made_summaries():
     assert not any(c["reproduced"] for c in guarded) and "no damage" in guarded[0]["measured"]
 
 
-def test_a_corrupt_refit_is_redone_alone(e3_rows, monkeypatch, capsys):
+def test_a_corrupt_refit_is_redone_in_its_group(e3_rows, monkeypatch, capsys):
     store, rows = e3_rows
     key = e3.refit_key(rows.loc[rows.seed == 1, "run_key"].iloc[0], SHORT)
-    (store.root / "refits" / key / "rows.parquet").write_bytes(b"truncated")
+    (rows_file,) = (store.root / "refits" / key).glob("rows-*.parquet")
+    rows_file.write_bytes(b"truncated")
     refit_seeds, real = [], rf.refit
 
     def recording(model, run, seeds, *a, **k):
@@ -110,6 +111,6 @@ def test_a_corrupt_refit_is_redone_alone(e3_rows, monkeypatch, capsys):
     monkeypatch.setattr(experiments, "train_group", lambda *a, **k: (_ for _ in ()).throw(AssertionError("retrained")))
     monkeypatch.setattr(rf, "refit", recording)
     again = e3.run("smoke", [0, 1], store, tasks=("parity",), progress=False, refit_cfg=SHORT)
-    assert refit_seeds == [[1]] * 4  # head, head+last and its two halves, for seed 1 only
+    assert refit_seeds == [[0, 1]] * 4  # head, head+last and its two halves, for seed 1's whole group
     assert "does not match its checksum" in capsys.readouterr().err
-    assert e3.RefitStore(store.root / "refits").status(key) == "ok" and again.shape == rows.shape
+    assert e3.refit_store(store).status(key) == "ok" and again.shape == rows.shape

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -13,9 +14,13 @@ from engine.stats import (
     bootstrap_ci_mean,
     cliffs_delta,
     delta_magnitude,
+    holm,
     mann_whitney_p,
     mean_ci,
+    paired_mean_ci,
+    paired_summary,
     summarize_modes,
+    wilcoxon_p,
 )
 
 # Any warning escaping the stats code (e.g. scipy's DegenerateDataWarning) fails the test.
@@ -240,3 +245,171 @@ def test_summarize_modes_speed_100_groups_16_seeds():
     out = summarize_modes(df, group_cols=["task"])
     assert time.perf_counter() - t0 < 10.0
     assert len(out) == 100 and out["n_a"].eq(16).all() and out["n_b"].eq(16).all()
+
+
+# --- paired statistics ------------------------------------------------------------------------
+
+
+def test_holm_hand_example():
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> running max 0.06;
+    # back in input order [0.01, 0.04, 0.03, 0.005] -> [0.03, 0.06, 0.06, 0.02].
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+
+
+def test_holm_nan_safe_capped_and_tied():
+    # NaN is skipped and m = 2: 0.01*2 = 0.02, 0.04*1 = 0.04.
+    out = holm([0.01, float("nan"), 0.04])
+    assert out[[0, 2]] == pytest.approx([0.02, 0.04]) and math.isnan(out[1])
+    # 0.6*2 = 1.2 -> capped at 1; 0.7*1 = 0.7 -> running max 1.
+    assert list(holm([0.7, 0.6])) == [1.0, 1.0]
+    # ties: 0.02*2 = 0.04, then 0.02*1 = 0.02 -> running max 0.04 for both.
+    assert holm([0.02, 0.02]) == pytest.approx([0.04, 0.04])
+    assert holm([]).size == 0 and np.isnan(holm([float("nan")])).all()
+
+
+def _enumerated_p(d: list[float], alternative: str) -> float:
+    """Exact signed-rank p by listing all 2^m sign assignments (distinct nonzero |d| only)."""
+    ranks = {v: r for r, v in enumerate(sorted(abs(v) for v in d), start=1)}
+    w_obs = sum(ranks[abs(v)] for v in d if v > 0)
+    signs = itertools.product((False, True), repeat=len(d))  # True: rank r carries a "+" sign
+    ws = [sum(r for r, plus in enumerate(s, start=1) if plus) for s in signs]
+    ge, le = sum(w >= w_obs for w in ws) / len(ws), sum(w <= w_obs for w in ws) / len(ws)
+    return {"greater": ge, "less": le, "two-sided": min(1.0, 2 * min(ge, le))}[alternative]
+
+
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_wilcoxon_exact_against_enumeration(alternative):
+    # d = x - y = [-1, 2, -3, 4, 5, 6]: |d| ranks 1..6, W+ = 2+4+5+6 = 17, W- = 1+3 = 4.
+    # Of 2^6 = 64 sign assignments, W+ >= 17 <=> W- <= 4: subsets of {1..6} summing to <= 4 are
+    # {}, {1}, {2}, {3}, {4}, {1,2}, {1,3} -> 7. greater: 7/64; two-sided: 2*7/64 = 14/64;
+    # less: P(W+ <= 17) = 1 - P(W+ >= 18) = 1 - 5/64 = 59/64 (W- <= 3: {}, {1}, {2}, {3}, {1,2}).
+    d = [-1.0, 2.0, -3.0, 4.0, 5.0, 6.0]
+    y = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+    x = [yi + di for yi, di in zip(y, d, strict=True)]
+    expected = {"two-sided": 14 / 64, "greater": 7 / 64, "less": 59 / 64}[alternative]
+    assert _enumerated_p(d, alternative) == pytest.approx(expected)
+    assert wilcoxon_p(x, y, alternative) == pytest.approx(expected)
+
+
+def test_wilcoxon_zeros_dropped_ties_and_edge_cases():
+    # A zero difference is dropped (zero_method="wilcox"): same p as the 6 nonzero pairs, 14/64.
+    assert wilcoxon_p([9, 22, 27, 44, 55, 66, 7], [10, 20, 30, 40, 50, 60, 7]) == pytest.approx(14 / 64)
+    # All 6 differences positive: only 1 of 64 assignments has W+ = 21 -> two-sided 2/64.
+    assert wilcoxon_p([2, 3, 4, 5, 6, 7], [1, 1, 1, 1, 1, 1.5]) == pytest.approx(2 / 64)
+    # Tied |d| = [1, 1] (ranks 1.5, 1.5), both negative: W+ in {0, 1.5, 1.5, 3}; P(W+ <= 0) = 1/4
+    # -> two-sided 2/4 = 0.5 (all 2^2 sign flips, exact).
+    assert wilcoxon_p([0.0, 1.0], [1.0, 2.0]) == pytest.approx(0.5)
+    assert wilcoxon_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == 1.0  # all differences zero
+    assert wilcoxon_p([1.0, float("nan")], [1.0, 5.0]) == 1.0  # the NaN pair is dropped
+    assert math.isnan(wilcoxon_p([], []))
+    with pytest.raises(ValueError, match="equal lengths"):
+        wilcoxon_p([1.0, 2.0], [1.0])
+
+
+def test_paired_mean_ci():
+    ci = paired_mean_ci([0.25] * 5)  # constant differences: no spread, no BCa, no warning
+    assert (ci.estimate, ci.low, ci.high, ci.method) == (0.25, 0.25, 0.25, "degenerate")
+    assert paired_mean_ci([-1.0]).method == "degenerate"
+    assert paired_mean_ci([]).method == "n/a"
+    # mean of [1, 3, 5] (NaN dropped) = 3; a resampled mean stays within [1, 5].
+    ci = paired_mean_ci([1.0, float("nan"), 3.0, 5.0])
+    assert ci.estimate == 3.0 and ci.method == "BCa" and 1.0 <= ci.low < 3.0 < ci.high <= 5.0
+
+
+def _paired_frame(extra_loop: bool = False) -> pd.DataFrame:
+    """Task A, T = 2, seeds 0..2; a = none, b = norm (per-seed differences none - norm):
+    n=1: norm [1,2,3], none [4,6,8] -> d = [3,4,5]
+    n=2: none = norm = [1,2,3]      -> d = [0,0,0]
+    n=3: norm [1 (rows 0 and 2),2,3], none [0,1,-] (seed 2 missing) -> pairs 0,1, d = [-1,-1]
+    n=4 (extra_loop): as n=1.  Task B (extra_loop): a copy of A with T = 3.
+    """
+    rows = []
+    for mode, seeds in {"norm": [1, 2, 3], "none": [4, 6, 8]}.items():
+        rows += [("A", 1, mode, s, v) for s, v in enumerate(seeds)]
+        if extra_loop:
+            rows += [("A", 4, mode, s, v) for s, v in enumerate(seeds)]
+    rows += [("A", 2, mode, s, float(s + 1)) for mode in ("norm", "none") for s in range(3)]
+    rows += [("A", 3, "norm", s, v) for s, v in [(0, 0.0), (0, 2.0), (1, 2.0), (2, 3.0)]]
+    rows += [("A", 3, "none", s, v) for s, v in [(0, 0.0), (1, 1.0)]]
+    rows += [("A", 3, "other", s, 99.0) for s in range(3)]  # a third mode, ignored
+    df = pd.DataFrame(rows, columns=["task", "eval_loops", "boundary", "seed", "value"]).assign(trained_loops=2)
+    if extra_loop:
+        df = pd.concat([df, df.assign(task="B", trained_loops=3)], ignore_index=True)
+    return df
+
+
+def test_paired_summary_hand_frame():
+    full = paired_summary(_paired_frame(), ["task", "eval_loops"], "boundary", "none", "norm")
+    out = full.set_index("eval_loops")
+    assert list(out.side) == ["below", "at", "beyond"]
+    assert list(out.n_pairs) == [3, 3, 2]  # seed 2 has no norm-less model at n = 3
+    assert list(out.trained_loops) == [2, 2, 2]
+    assert out.mean_diff.tolist() == pytest.approx([4.0, 0.0, -1.0])
+    assert (out.loc[1, "mean_a"], out.loc[1, "mean_b"]) == (pytest.approx(6.0), pytest.approx(2.0))
+    # n=1: d = [3,4,5], all positive: W+ = 6 only for 1 of 2^3 assignments -> two-sided 2/8.
+    # n=3: d = [-1,-1] -> 0.5 (see the tied case above); n=2: all zero -> 1.
+    assert out.wilcoxon_p.tolist() == pytest.approx([0.25, 1.0, 0.5])
+    # Each side holds one n here, so every family has one member: Holm leaves p unchanged
+    # (pooling the three would give 0.25*3 = 0.75 at n=1).
+    assert out.wilcoxon_p_holm.tolist() == pytest.approx([0.25, 1.0, 0.5])
+    # n=1 unpaired: every none value beats every norm value -> delta 1, exact MW p 2/20 = 0.1.
+    assert (out.loc[1, "cliffs_delta"], out.loc[1, "mann_whitney_p"]) == (1.0, pytest.approx(0.1))
+    assert out.loc[2, "ci_method"] == "degenerate" and (out.loc[2, "ci_low"], out.loc[2, "ci_high"]) == (0, 0)
+    assert out.loc[3, "ci_method"] == "degenerate"  # constant d = [-1, -1]
+    assert out.loc[1, "ci_low"] <= 4.0 <= out.loc[1, "ci_high"]
+    # T given as an int, or as a column name, gives the same frame.
+    pd.testing.assert_frame_equal(
+        full, paired_summary(_paired_frame(), ["task", "eval_loops"], "boundary", "none", "norm", trained_loops=2)
+    )
+    pd.testing.assert_frame_equal(
+        full,
+        paired_summary(
+            _paired_frame(), ["task", "eval_loops"], "boundary", "none", "norm", trained_loops="trained_loops"
+        ),
+    )
+
+
+def test_paired_summary_holm_separately_below_and_beyond_T():
+    out = paired_summary(_paired_frame(extra_loop=True), ["task", "eval_loops"], "boundary", "none", "norm")
+    out = out.set_index(["task", "eval_loops"])
+    # Task A (T = 2): below {n=1: 0.25} alone -> 0.25 (pooled with beyond it would be 0.25*3);
+    # at {n=2: 1}; beyond {n=3: 0.5, n=4: 0.25}: 0.25*2 = 0.5, 0.5*1 = 0.5 -> [0.5, 0.5].
+    a = out.loc["A"]
+    assert list(a.side) == ["below", "at", "beyond", "beyond"]
+    assert a.wilcoxon_p.tolist() == pytest.approx([0.25, 1.0, 0.5, 0.25])
+    assert a.wilcoxon_p_holm.tolist() == pytest.approx([0.25, 1.0, 0.5, 0.5])
+    # Task B (T = 3, its own families): below {n=1: 0.25, n=2: 1}: 0.25*2 = 0.5, 1*1 = 1 -> [0.5, 1];
+    # at {n=3: 0.5} unadjusted; beyond {n=4: 0.25} alone.
+    b = out.loc["B"]
+    assert list(b.side) == ["below", "below", "at", "beyond"] and list(b.trained_loops) == [3, 3, 3, 3]
+    assert b.wilcoxon_p_holm.tolist() == pytest.approx([0.5, 1.0, 0.5, 0.25])
+
+
+def test_paired_summary_needs_loops_and_T():
+    df = _paired_frame()
+    with pytest.raises(ValueError, match="eval_loops"):
+        paired_summary(df, ["task"], "boundary", "none", "norm")
+    with pytest.raises(ValueError, match="trained budget"):
+        paired_summary(df.drop(columns="trained_loops"), ["task", "eval_loops"], "boundary", "none", "norm")
+
+
+def test_pairing_matters():
+    # 8 seeds spread 10 apart; within each seed "none" sits a small, varying amount above "norm":
+    # norm_k = 10k, none_k = 10k + 0.1(k+1), k = 0..7.
+    # Paired: all 8 differences positive and distinct -> exact two-sided p = 2/2^8 = 0.0078125.
+    # Unpaired: none_i > norm_j iff i >= j -> 36 of 64 pairs ">", 28 "<": delta = 8/64 = 0.125,
+    # the two samples interleave and Mann-Whitney sees almost nothing.
+    norm = [10.0 * k for k in range(8)]
+    none = [10.0 * k + 0.1 * (k + 1) for k in range(8)]
+    assert wilcoxon_p(none, norm) == pytest.approx(2 / 256)
+    assert cliffs_delta(none, norm) == pytest.approx(0.125)
+    assert mann_whitney_p(none, norm) > 0.5
+    rows = pd.DataFrame(
+        [("A", 2, m, k, v) for m, vs in (("norm", norm), ("none", none)) for k, v in enumerate(vs)],
+        columns=["task", "eval_loops", "boundary", "seed", "value"],
+    )
+    row = paired_summary(rows, ["task", "eval_loops"], "boundary", "none", "norm", trained_loops=2).iloc[0]
+    assert row.n_pairs == 8 and row.side == "at"
+    assert row.mean_diff == pytest.approx(0.45)  # mean of 0.1..0.8
+    assert row.wilcoxon_p == pytest.approx(2 / 256) and row.mann_whitney_p > 0.5
+    assert 0.1 <= row.ci_low < 0.45 < row.ci_high <= 0.8  # CI over seeds excludes 0

@@ -1,14 +1,18 @@
 """The store: atomic writes, checksums, corrupt files detected and redone, cache hits never recomputed."""
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pandas as pd
 import pytest
+import torch
 
 from engine import experiments
 from engine.experiments import ensure_runs, extend_eval
 from engine.presets import smoke
-from engine.store import RESULT_COLUMNS, CorruptRun, Store
+from engine.store import RESULT_COLUMNS, BadKey, CorruptRun, Store
 
 CFG = replace(smoke("parity"), train=replace(smoke("parity").train, steps=40))
 
@@ -50,44 +54,101 @@ def test_cached_runs_are_never_recomputed(store, monkeypatch):
     ensure_runs(CFG, [0], store, progress=False)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "delete_manifest", "garble_manifest"])
-def test_corrupt_files_are_detected_reported_and_redone(store, damage, capsys):
-    (key,) = ensure_runs(CFG, [0], store, progress=False)
-    folder = store.run_dir(key)
-    model = folder / "model.safetensors"
-    if damage == "truncate":
+DAMAGES = ["truncate", "flip", "delete_model", "delete_manifest", "garble_manifest", "list", "files_null", "no_files"]
+
+
+def damage(folder, how: str) -> None:
+    (model,) = folder.glob("model-*.safetensors")
+    manifest = folder / "manifest.json"
+    if how == "truncate":
         model.write_bytes(model.read_bytes()[:100])
-    elif damage == "flip":
+    elif how == "flip":
         data = bytearray(model.read_bytes())
-        data[-1] ^= 0xFF
+        data[len(data) // 2] ^= 0x01
         model.write_bytes(bytes(data))
-    elif damage == "delete_manifest":
-        (folder / "manifest.json").unlink()
-    else:
-        (folder / "manifest.json").write_text("{not json")
-    assert store.status(key) != "ok"
-    if damage in ("truncate", "flip"):
+    elif how == "delete_model":
+        model.unlink()
+    elif how == "delete_manifest":
+        manifest.unlink()
+    elif how == "garble_manifest":
+        manifest.write_text("{not json")
+    else:  # valid JSON of the wrong shape
+        m = json.loads(manifest.read_text())
+        wrong = {
+            "list": [],
+            "files_null": {**m, "files": None},
+            "no_files": {k: v for k, v in m.items() if k != "files"},
+        }
+        manifest.write_text(json.dumps(wrong[how]))
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_damage_is_detected_named_and_repaired_to_the_identical_run(store, how, capsys):
+    keys = ensure_runs(CFG, [0, 1], store, progress=False)
+    before = {k: (store.load_weights(k), store.load_rows(k)) for k in keys}
+    damage(store.run_dir(keys[1]), how)
+    status = store.status(keys[1])
+    assert status not in ("ok", "missing") and keys[1] in status
+    if how in ("truncate", "flip"):
         with pytest.raises(CorruptRun, match="checksum"):
-            store.load_checkpoint(key)  # never loaded
-    ensure_runs(CFG, [0], store, progress=False)
+            store.load_weights(keys[1])  # never loaded
+    ensure_runs(CFG, [1], store, progress=False)  # seed 1 alone: it is retrained in its group (0, 1)
     assert "redoing it" in capsys.readouterr().err
-    assert store.status(key) == "ok"
+    for k in keys:
+        weights, rows = before[k]
+        assert store.status(k) == "ok"
+        assert all(torch.equal(weights[n], t) for n, t in store.load_weights(k).items())
+        pd.testing.assert_frame_equal(store.load_rows(k), rows)
 
 
-def test_an_interrupted_write_leaves_no_run(store, monkeypatch):
+def test_a_run_changes_in_one_step_and_leaves_nothing_behind(store, monkeypatch):
     import engine.store as store_module
 
+    (key,) = ensure_runs(CFG, [0], store, progress=False)
+    before = sorted(p.name for p in store.run_dir(key).iterdir())
     real = store_module.atomic_write
 
     def crash_on_manifest(path, data):
         if path.name == "manifest.json":
-            raise OSError("disk full")
+            raise OSError("killed")
         real(path, data)
 
     monkeypatch.setattr(store_module, "atomic_write", crash_on_manifest)
     with pytest.raises(OSError):
-        ensure_runs(CFG, [0], store, progress=False)
-    assert store.status(CFG.run_key(0)) != "ok"
+        extend_eval(store, [key], [1, 2], boundary="none", progress=False)
+    assert store.status(key) == "ok" and "norm->none" not in set(store.load_rows(key).boundary)  # the old run
+    monkeypatch.undo()
+    extend_eval(store, [key], [1, 2], boundary="none", progress=False)
+    after = sorted(p.name for p in store.run_dir(key).iterdir())
+    assert len(after) == len(before) == 3 and after != before  # the new rows file replaced the old one
+
+
+def test_run_keys_are_checked_before_they_become_paths(store):
+    for bad in ("../../etc/passwd", "ABCDEF0123456789", "0123", "0123456789abcdef/.."):
+        with pytest.raises(BadKey):
+            store.run_dir(bad)
+
+
+def test_writability_is_probed_by_writing(tmp_path):
+    Store(tmp_path / "new" / "folder").check_writable()
+    assert not list((tmp_path / "new" / "folder").iterdir())  # the probe is gone
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(PermissionError, match="cannot write results under"):
+        Store(blocker / "sub").check_writable()
+
+
+def test_two_processes_asking_for_one_group_train_it_once(tmp_path):
+    script = (
+        "import sys; from dataclasses import replace; from engine.presets import smoke; "
+        "from engine.store import Store; from engine import experiments as e; "
+        "c = smoke('parity'); c = replace(c, train=replace(c.train, steps=40)); "
+        "print(e.train_and_store(c, [0, 1], Store(sys.argv[1]), 'train', progress=False))"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert sorted(o.strip() for o, _ in outs) == ["False", "True"], outs  # one trained, one found it stored
 
 
 def test_eval_extends_a_cached_run_and_labels_the_surgery(store):

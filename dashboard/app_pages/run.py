@@ -20,8 +20,12 @@ STATE_ICONS = {
 }  # fmt: skip
 
 root = data.results_root()
-cap = jobs.caps()
 st.title("Run")
+try:
+    cap = jobs.caps()
+except jobs.Refused as e:  # a cap that is not a number: run nothing rather than guess one
+    st.error(str(e))
+    st.stop()
 
 
 def seeds_input() -> list[int] | None:

@@ -48,7 +48,7 @@ facts[2].metric("final loss", f"{manifest.get('final_loss', float('nan')):.4f}")
 facts[3].metric(
     "wall time",
     f"{manifest.get('wall_time_s', float('nan')):.1f} s",
-    help=f"Of the group of {manifest.get('group_size', '?')} seeds trained together as one batched model.",
+    help=f"Of the group of seeds {manifest.get('group', '?')} trained together as one batched model.",
 )
 st.caption(
     f"width {model.get('d_model')}, {model.get('layers_per_block')} layer(s) per block, {model.get('n_heads')} heads, "
