@@ -8,7 +8,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout
 
 from dashboard.data import results_root  # noqa: E402  (after the path fix above)
-from engine import jobs  # noqa: E402
+from engine.runtime import jobs  # noqa: E402
 
 PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app.py runs this file from the root
 

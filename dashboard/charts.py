@@ -13,10 +13,13 @@ import altair as alt
 import pandas as pd
 import vl_convert
 
+from engine import paper
+
 MODE_COLORS = {"norm": "#0072B2", "none": "#D55E00", "norm->none": "#CC79A7"}
 STACKED_COLORS = {"norm": "#009E73", "none": "#E69F00", "norm->none": "#000000"}
 OTHER_COLORS = ("#E69F00", "#56B4E9", "#009E73", "#000000")
-MAGNITUDES = ((0.0, 0.147, "negligible"), (0.147, 0.33, "small"), (0.33, 0.474, "medium"), (0.474, 1.0, "large"))
+_CUTS = [0.0, *(cut for cut, _ in paper.DELTA_MAGNITUDES), 1.0]
+MAGNITUDES = tuple(zip(_CUTS[:-1], _CUTS[1:], [*(name for _, name in paper.DELTA_MAGNITUDES), "large"], strict=True))
 MAGNITUDE_SHADES = ("#ffffff", "#f2f2f2", "#e4e4e4", "#d4d4d4")
 SERIES_ORDER = ("norm", "none", "norm->none")
 CHANCE = 0.5
@@ -25,10 +28,10 @@ N_TITLE = "inference loop count n (loop steps)"
 # fit-x: the width follows the page (Streamlit stretches it), the plot keeps its height (Streamlit's default
 # "fit" would squeeze the plot to make room for the legend and axis titles)
 AUTOSIZE = alt.AutoSizeParams(type="fit-x", contains="padding")
-X_AXES = {  # E4's x axis choice (also its URL value) -> (column, title); T is the row's trained_loops
+X_AXES = {  # E4's axis (engine.experiments.e4.AXES; also the URL value) -> (column, title); T: the row's own
     "n": ("eval_loops", N_TITLE),
-    "n/T": ("overshoot_ratio", "overshoot ratio n / T (multiples of the trained budget)"),
-    "n-T": ("overshoot_diff", "overshoot difference n − T (loop steps beyond the budget)"),
+    "ratio": ("overshoot_ratio", "overshoot ratio n / T (multiples of the trained budget)"),
+    "difference": ("overshoot_diff", "overshoot difference n − T (loop steps beyond the budget)"),
 }
 INTEGER_AXES = {"eval_loops", "overshoot_diff", "refit_steps"}
 
@@ -153,7 +156,7 @@ def curves(
     layers = [
         base.mark_area(opacity=0.18)
         .encode(y=alt.Y("ci_low:Q", scale=scale, title=y_title), y2="ci_high:Q")
-        # the band is the 95% CI from engine.stats (bootstrap over seeds), not Altair's own aggregate
+        # the band is the 95% CI from engine.core.stats (bootstrap over seeds), not Altair's own aggregate
         .properties(name="ci-band"),
     ]
     if seeds is not None and len(seeds):
@@ -183,7 +186,7 @@ def delta_chart(
     y_title: str = "Cliff's δ, none vs norm",
     height: int = 220,
 ) -> alt.LayerChart:
-    """Cliff's delta (none vs norm) per x with its CI, over shaded magnitude bands (0.147 / 0.33 / 0.474)."""
+    """Cliff's delta (none vs norm) per x with its CI, over shaded magnitude bands (paper.DELTA_MAGNITUDES)."""
     bands = pd.DataFrame(
         [(sign * lo, sign * hi, name) for lo, hi, name in MAGNITUDES for sign in (1, -1)],
         columns=["y", "y2", "magnitude"],

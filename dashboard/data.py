@@ -10,8 +10,6 @@ damaged or unreadable file becomes a message on the page, never a traceback.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,13 +19,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import stats
-from engine.presets import train_ranges
-from engine.store import RESULT_COLUMNS, CorruptRun, Store
+from engine.core import stats
+from engine.core.presets import train_ranges
+from engine.core.store import RESULT_COLUMNS, CorruptRun, Store
+from engine.experiments import REGISTRY, e2, e3, e4
 
 TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
-SCALE_ORDER = ("paper", "cpu", "smoke")  # the default preset is the largest one present
+SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
 SUMMARY_LEVELS = ("in-range mean", "beyond-range mean", "all difficulties mean")
+ENGINE_LEVELS = dict(zip(SUMMARY_LEVELS, e3.LEVELS, strict=True))  # the page's choice -> the engine's level
 
 
 def results_root() -> Path:
@@ -126,28 +126,27 @@ def level_mask(rows: pd.DataFrame, level: str) -> pd.Series:
 
 
 def token_name(token_id) -> str:
-    """The vocabulary entry of a token id (engine.tasks.VOCAB), or the id where it is out of range."""
-    from engine.tasks import VOCAB
+    """The vocabulary entry of a token id (engine.core.tasks.VOCAB), or the id where it is out of range."""
+    from engine.core.tasks import VOCAB
 
     i = int(token_id)
     return VOCAB[i] if 0 <= i < len(VOCAB) else str(i)
 
 
 def seed_values(rows: pd.DataFrame, metric: str, difficulty: str, by: list[str]) -> pd.DataFrame:
-    """One value per seed and group: the metric, averaged over the chosen difficulties."""
-    picked = rows[(rows["metric"] == metric) & level_mask(rows, difficulty)]
-    return picked.groupby([*by, "seed"], as_index=False)["value"].mean()
+    """One value per seed and group: the metric averaged over the chosen difficulties (stats.seed_means)."""
+    return stats.seed_means(rows[level_mask(rows, difficulty)], metric, by)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def curve_stats(per_seed: pd.DataFrame, by: tuple[str, ...]) -> pd.DataFrame:
-    """Mean and 95% bootstrap CI over seeds per group (engine.stats.mean_ci), cached on the data."""
+    """Mean and 95% bootstrap CI over seeds per group (engine.core.stats.mean_ci), cached on the data."""
     return stats.mean_ci(per_seed, list(by))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def mode_comparison_by(per_seed: pd.DataFrame, by: tuple[str, ...], col: str, a: str, b: str) -> pd.DataFrame:
-    """Cliff's delta of b against a (column col) per group, with its CI and p (engine.stats.summarize_modes)."""
+    """Cliff's delta of b against a (column col) per group, with its CI and p (engine.core.stats.summarize_modes)."""
     return stats.summarize_modes(per_seed, group_cols=by, mode_col=col, a=a, b=b)
 
 
@@ -156,22 +155,116 @@ def mode_comparison(per_seed: pd.DataFrame, by: tuple[str, ...]) -> pd.DataFrame
     return mode_comparison_by(per_seed, by, "boundary", "norm", "none")
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def norm_growth(rows: pd.DataFrame, modes: tuple[str, ...]) -> pd.DataFrame:
+    """Per mode, range and n: max/min of the state norm over steps 1..n, worst seed and difficulty, as
+    engine.experiments.e2.surgery_summary defines it for the `norm->none` models (claim (d) reads it at
+    n = T); the same function on each mode's rows, so every mode is measured alike."""
+    frames = []
+    for mode in modes:
+        part = e2.surgery_summary(rows[rows["boundary"] == mode].assign(boundary="norm->none"))
+        if "surgery_norm_ratio" in part:
+            frames.append(part[["task", "range", "eval_loops", "surgery_norm_ratio"]].assign(mode=mode))
+    columns = ["mode", "task", "range", "eval_loops", "norm_ratio"]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(frames, ignore_index=True).rename(columns={"surgery_norm_ratio": "norm_ratio"})[columns]
+
+
+# ---------------------------------------------------------------- E3 and E4: the engine's own summaries
+
+
+def _engine_rows(experiment: str, preset_name: str) -> pd.DataFrame | None:
+    """The table's rows as the engine wrote them (without the dashboard's `range` column)."""
+    rows = table(experiment, preset_name).rows
+    return None if rows is None else rows.drop(columns="range")
+
+
+def engine_level(choice: str):
+    """A difficulty choice of the page ('in-range mean', ..., or a difficulty) as the engine names it."""
+    return ENGINE_LEVELS.get(choice) or int(choice)
+
+
+def e3_levels(rows: pd.DataFrame, metric: str) -> list[str]:
+    """The difficulty choices of an E3 metric: recovery is stored for the in-range mean (at difficulty
+    e3.IN_RANGE) and per difficulty; accuracy has every level and difficulty."""
+    picked = rows[(rows["metric"] == metric) & (rows["difficulty"] != e3.IN_RANGE)]
+    if metric == "recovery":
+        return [SUMMARY_LEVELS[0]] + [str(d) for d in sorted(picked["difficulty"].unique())]
+    return difficulty_options(picked)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _e3_curves(preset_name: str, metric: str, difficulty: str, state: tuple) -> tuple[pd.DataFrame | None, str | None]:
+    rows = _engine_rows("e3", preset_name)
+    try:
+        level = engine_level(difficulty)
+        if metric == "recovery" and level == "in-range":  # the headline: exactly what the claims read
+            return e3.summarize(rows, preset_name), None
+        return e3.curves(rows, preset_name, metric, level), None
+    except Exception as e:  # a table too small or too odd to summarise is a message, not a crash
+        return None, f"`e3-{preset_name}.parquet` could not be summarised ({type(e).__name__}: {e})."
+
+
+def e3_curves(preset_name: str, metric: str, difficulty: str) -> tuple[pd.DataFrame | None, str | None]:
+    """Per task, target, refit step and n: the mean over seeds with its CI, seeds guarded and plateau:
+    engine.experiments.e3.summarize for the in-range recovery (the claims' table), else e3.curves."""
+    return _e3_curves(preset_name, metric, difficulty, _tables_state(results_root()))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _e3_seed_values(preset_name: str, metric: str, difficulty: str, state: tuple) -> pd.DataFrame:
+    return e3.seed_values(_engine_rows("e3", preset_name), preset_name, metric, engine_level(difficulty))
+
+
+def e3_seed_values(preset_name: str, metric: str, difficulty: str) -> pd.DataFrame:
+    """The per-seed values behind e3_curves (engine.experiments.e3.seed_values)."""
+    return _e3_seed_values(preset_name, metric, difficulty, _tables_state(results_root()))
+
+
+def _e4_rows(preset_name: str, task: str, difficulty: str) -> pd.DataFrame:
+    rows = table("e4", preset_name).rows
+    rows = rows[(rows["task"] == task) & level_mask(rows, difficulty)]
+    return rows.drop(columns="range")
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _e4_summaries(preset_name: str, task: str, difficulty: str, axis: str, metric: str, state: tuple):
+    rows = _e4_rows(preset_name, task, difficulty)
+    try:
+        return e4.curves(rows, axis, metric), e4.compare(rows, axis, metric), None
+    except Exception as e:
+        return None, None, f"`e4-{preset_name}.parquet` could not be summarised ({type(e).__name__}: {e})."
+
+
+def e4_summaries(preset_name: str, task: str, difficulty: str, axis: str, metric: str):
+    """E4 on the task's rows at the chosen difficulties, on one axis (n, ratio n/T, difference n - T):
+    each architecture's curve per mode (engine.experiments.e4.curves) and looped vs stacked where both
+    exist (e4.compare: the gap, Cliff's delta with its CI, p); with E4's modes, where the stacked model
+    run as `norm->none` stands for `none`. All difficulties pooled, this is e4.summarize's table."""
+    return _e4_summaries(preset_name, task, difficulty, axis, metric, _tables_state(results_root()))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _e4_seed_values(preset_name: str, task: str, difficulty: str, axis: str, metric: str, state: tuple):
+    return e4.seed_values(_e4_rows(preset_name, task, difficulty), axis, metric)
+
+
+def e4_seed_values(preset_name: str, task: str, difficulty: str, axis: str, metric: str) -> pd.DataFrame:
+    """The per-seed values behind e4_summaries (engine.experiments.e4.seed_values)."""
+    return _e4_seed_values(preset_name, task, difficulty, axis, metric, _tables_state(results_root()))
+
+
 # ---------------------------------------------------------------- E1's manifest
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _e1_manifest(path: str, state: tuple) -> tuple[dict, str | None]:
-    manifest_path, table_path = Path(path), Path(path).with_suffix(".parquet")
+    path = Path(path)
     try:
-        manifest = json.loads(manifest_path.read_text())
-        if hashlib.sha256(table_path.read_bytes()).hexdigest() != manifest["files"][table_path.name]:
-            return manifest, f"`{table_path.name}` does not match the checksum in `{manifest_path.name}`."
-        return manifest, None
-    except Exception as e:  # missing, not JSON, written by another version
-        return (
-            {},
-            f"`{manifest_path.name}` could not be read ({type(e).__name__}); rerun `loopscope ouro` to rewrite it.",
-        )
+        return Store(path.parent).probe_manifest(path.stem), None
+    except CorruptRun as e:
+        return {}, f"{e}; rerun `loopscope ouro` to rewrite it."
 
 
 def e1_manifest(slug: str) -> tuple[dict, str | None]:
@@ -182,7 +275,7 @@ def e1_manifest(slug: str) -> tuple[dict, str | None]:
 
 
 def e1_top_tokens(manifest: dict, task: str) -> pd.DataFrame:
-    """The head's most frequent token per mode and step, decoded (E1 tokens are the LM's, not engine.tasks')."""
+    """The head's most frequent token per mode and step, decoded (E1 tokens are the LM's, not engine.core.tasks')."""
     tops = manifest.get("tasks", {}).get(task, {}).get("top_tokens", {})
     table = pd.DataFrame(
         {mode: {int(n): repr(t.get("text", "")) for n, t in steps.items()} for mode, steps in tops.items()}
@@ -199,17 +292,12 @@ def e1_top_tokens(manifest: dict, task: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def _claims(root: str, experiment: str, preset_name: str, state: tuple) -> tuple[list[dict] | None, list[str]]:
-    """engine.<experiment>.claims(summarize(rows, preset), T per task); None where the engine has none."""
-    import importlib
-
+    """REGISTRY[experiment].claims(summarize(rows, preset), T per task); None where the engine has none."""
     t = table(experiment, preset_name)
     if t.rows is None:
         return [], t.problems
-    try:
-        module = importlib.import_module(f"engine.{experiment}")
-    except ImportError:
-        return None, []
-    if not (hasattr(module, "summarize") and hasattr(module, "claims")):
+    module = REGISTRY.get(experiment)
+    if module is None:
         return None, []
     rows = t.rows.drop(columns="range")
     try:

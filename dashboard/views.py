@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui
+from engine import paper
 
 METRIC_TITLES = {  # axis titles: short, with units; the captions say the rest
     "accuracy": "accuracy (fraction correct)",
@@ -16,6 +17,36 @@ METRIC_TITLES = {  # axis titles: short, with units; the captions say the rest
     "norm_post": "state norm ‖h_t‖ (L2, post-boundary)",
     "norm_pre": "state norm (L2, pre-boundary)",
     "recovery": "recovery (fraction regained)",
+}
+
+
+def _number(label: str, fmt: str = "%.3f"):
+    return st.column_config.NumberColumn(label, format=fmt)
+
+
+E3_COLUMNS = {  # labels of the engine's E3 summary columns (the data keep the engine's names)
+    "refit_target": "refit target",
+    "refit_steps": _number("steps", "%d"),
+    "mean": _number("mean"),
+    "ci_low": _number("95% CI low"),
+    "ci_high": _number("95% CI high"),
+    "n": _number("seeds", "%d"),
+    "n_guarded": _number("seeds guarded", "%d"),
+    "plateau": "plateau",
+    "pooled": _number("pooled"),
+    "same_as": "same parameters as",
+}
+E4_COLUMNS = {  # labels of engine.experiments.e4.compare's columns
+    "mean_a": _number("stacked mean"),
+    "mean_b": _number("looped mean"),
+    "gap": _number("gap (looped − stacked)", "%+.3f"),
+    "delta": _number("Cliff's δ", "%+.3f"),
+    "delta_ci_low": _number("δ 95% CI low", "%+.3f"),
+    "delta_ci_high": _number("δ 95% CI high", "%+.3f"),
+    "magnitude": "|δ| magnitude",
+    "p_value": _number("Mann–Whitney p", "%.3g"),
+    "n_a": _number("stacked seeds", "%d"),
+    "n_b": _number("looped seeds", "%d"),
 }
 
 
@@ -32,19 +63,28 @@ def load(experiment: str, what: str, command: str) -> data.Table | None:
     return table
 
 
-def task_and_difficulty(rows: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
+def pick_task(rows: pd.DataFrame) -> str:
+    return ui.select("task", sorted(rows["task"].unique()), "task")
+
+
+def pick_difficulty(options: Sequence[str], default: str | None = None) -> str:
+    return ui.select(
+        "difficulty (parity: length m; chain: hops k)",
+        options,
+        "difficulty",
+        default,
+        help="in-range: the difficulties the models were trained on; beyond-range: harder ones, never trained.",
+    )
+
+
+def task_and_difficulty(rows: pd.DataFrame, default: str | None = None) -> tuple[pd.DataFrame, str, str]:
     """Task and difficulty selectors; returns the task's rows, the task and the difficulty choice."""
     left, right = st.columns(2)
     with left:
-        task = ui.select("task", sorted(rows["task"].unique()), "task")
+        task = pick_task(rows)
     rows = rows[rows["task"] == task]
     with right:
-        difficulty = ui.select(
-            "difficulty (parity: length m; chain: hops k)",
-            data.difficulty_options(rows),
-            "difficulty",
-            help="in-range: the difficulties the models were trained on; beyond-range: harder ones, never trained.",
-        )
+        difficulty = pick_difficulty(data.difficulty_options(rows), default)
     return rows, task, difficulty
 
 
@@ -70,8 +110,9 @@ def curves_of(rows: pd.DataFrame, metric: str, difficulty: str, x: str = "eval_l
     return with_series(stats, archs), with_series(per_seed, archs)
 
 
-def budgets_of(rows: pd.DataFrame) -> pd.DataFrame:
-    """A budget rule per architecture at its trained loop count T (one rule when all share T)."""
+def budgets_of(rows: pd.DataFrame, mode: str = "norm") -> pd.DataFrame:
+    """A budget rule per architecture at its trained loop count T (one rule when all share T), in the colour
+    of the architecture's `mode` series."""
     by_arch = rows.groupby("arch")["trained_loops"].max()
     if by_arch.nunique() <= 1:
         return charts.budget_rules(int(by_arch.max()))
@@ -80,9 +121,28 @@ def budgets_of(rows: pd.DataFrame) -> pd.DataFrame:
         {
             "x": by_arch.to_numpy(),
             "label": [f"T = {t} ({a})" for a, t in by_arch.items()],
-            "series": [charts.series_label(a, "norm", archs) for a in archs],
+            "series": [charts.series_label(a, mode, archs) for a in archs],
         }
     )
+
+
+def e3_series(summary: pd.DataFrame) -> pd.DataFrame:
+    """An E3 summary (one task and n) as chart series: one per refit target."""
+    return summary.rename(columns={"refit_target": "series"})
+
+
+def e4_series(summary: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """E4 curves or per-seed values (one task and mode) as chart series `looped, <mode>` / `stacked, <mode>`,
+    x under the axis' column name (charts.X_AXES)."""
+    labels = [f"{a}, {m}" for a, m in zip(summary["arch"], summary["mode"], strict=True)]
+    return summary.rename(columns={"x": charts.X_AXES[axis][0]}).assign(series=labels)
+
+
+def e4_budgets(rows: pd.DataFrame, axis: str, mode: str) -> pd.DataFrame:
+    """Where each model is at its budget: n = T per architecture, or the one point of matched overshoot."""
+    if axis == "n":
+        return budgets_of(rows, mode)
+    return charts.budget_rules(1.0 if axis == "ratio" else 0, "n = T")
 
 
 def delta_section(per_seed: pd.DataFrame, x: str, x_title: str, budgets: pd.DataFrame | None, name: str) -> None:
@@ -95,9 +155,10 @@ def delta_section(per_seed: pd.DataFrame, x: str, x_title: str, budgets: pd.Data
     n_a, n_b = int(summary["n_a"].max()), int(summary["n_b"].max())
     caption = (
         f"Positive: `none` better. Cliff's δ = P(none > norm) − P(none < norm) over seeds ({n_b} none vs "
-        f"{n_a} norm), from engine.stats.summarize_modes; bars: 95% bootstrap CI resampling seeds within "
-        "each mode (BCa, percentile fallback). Shading: |δ| < 0.147 negligible, < 0.33 small, < 0.474 medium, "
-        "else large. p: two-sided Mann–Whitney U (in the CSV and tooltips)."
+        f"{n_a} norm), from engine.core.stats.summarize_modes; bars: 95% bootstrap CI resampling seeds within "
+        "each mode (BCa, percentile fallback). Shading: "
+        + ", ".join(f"|δ| < {cut} {name}" for cut, name in paper.DELTA_MAGNITUDES)
+        + ", else large. p: two-sided Mann–Whitney U (in the CSV and tooltips)."
     )
     ui.figure(chart, summary, name, caption)
 
@@ -106,12 +167,17 @@ def n_per_series(per_seed: pd.DataFrame) -> int:
     return int(per_seed.groupby("series")["seed"].nunique().min()) if len(per_seed) else 0
 
 
-def norm_ratios(per_seed: pd.DataFrame) -> pd.DataFrame:
-    """Per series: the state norm's max/min over the steps shown, per seed; mean and worst seed."""
-    by_seed = per_seed.groupby(["series", "seed"])["value"].agg(lambda v: v.max() / v.min() if v.min() > 0 else None)
-    out = by_seed.groupby("series").agg(["mean", "max", "count"]).reset_index()
-    names = {"series": "mode", "mean": "max/min ratio, mean over seeds", "max": "worst seed", "count": "seeds"}
-    return out.rename(columns=names)
+def norm_growth_table(rows: pd.DataFrame, modes: Sequence[str]) -> pd.DataFrame:
+    """data.norm_growth per mode and range, at n = T and at the largest n."""
+    growth = data.norm_growth(rows, tuple(modes))
+    if growth.empty:
+        return growth
+    T, last = int(rows["trained_loops"].max()), int(growth["eval_loops"].max())
+    wide = growth[growth["eval_loops"].isin([T, last])].pivot_table(
+        index=["mode", "range"], columns="eval_loops", values="norm_ratio", sort=False
+    )
+    names = {T: f"max/min over steps 1..T = {T}", last: f"max/min over steps 1..{last}"}
+    return wide.rename(columns=names).reset_index().rename_axis(columns=None)
 
 
 def modes_picker(rows: pd.DataFrame, default: Sequence[str] | None = None) -> list[str]:
@@ -128,7 +194,7 @@ def norms_section(
     tokens: pd.DataFrame | None = None,
 ) -> None:
     """State norm per step beside the top-token share per step, for the chosen task, difficulty and modes.
-    tokens: the decoded top token per mode and step, where the rows' token ids are not engine.tasks'."""
+    tokens: the decoded top token per mode and step, where the rows' token ids are not engine.core.tasks'."""
     left, right = st.columns(2)
     with left:
         metric = ui.select(
@@ -164,11 +230,14 @@ def norms_section(
         ui.figure(
             chart, stats, f"{name}-{metric}", charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
         )
-        ratios = norm_ratios(per_seed)
-        st.dataframe(ratios, hide_index=True, width="stretch", column_config=_ratio_format(ratios))
-        st.caption(
-            "Max/min of each seed's norm curve over steps 1..n shown. Paper (Ouro, norm removed): within 2.021×."
-        )
+        growth = norm_growth_table(rows[data.level_mask(rows, difficulty)], modes)
+        if len(growth):
+            st.dataframe(growth, hide_index=True, width="stretch", column_config=_ratio_format(growth))
+            st.caption(
+                "State-norm growth: max/min of `norm_post` over steps 1..n, the worst seed and difficulty of the "
+                "chosen ones (engine.experiments.e2.surgery_summary: claim (d) reads it for `norm->none` at n = T). "
+                f"Paper (Ouro, norm removed): within {paper.SURGERY_NORM_RATIO}×."
+            )
     with share_col:
         st.subheader("Most frequent answer token per step")
         stats, per_seed = curves_of(rows, "top_token_share", difficulty)
@@ -204,4 +273,4 @@ def top_tokens(rows: pd.DataFrame, difficulty: str) -> pd.DataFrame:
 
 
 def _ratio_format(ratios: pd.DataFrame) -> dict:
-    return {c: st.column_config.NumberColumn(c, format="%.3f×") for c in ratios.columns if "ratio" in c or "worst" in c}
+    return {c: st.column_config.NumberColumn(c, format="%.3f×") for c in ratios.columns if "max/min" in c}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hosting checked end to end (issue 19): build the image from ./Dockerfile, run it, look at it in Chromium.
 #
-#   sudo dev/image-check.sh            # as root; about 10 minutes; not part of the CI run (.ci/run)
+#   sudo dev/image-check.sh            # as root; about 7 minutes from scratch; not part of the CI run (.ci/run)
 #
 # On a machine with the Docker client but no daemon and no registry access (these sandboxes):
 #   1. installs docker.io (dockerd), debootstrap and chromium from Debian's packages where missing;
@@ -13,12 +13,14 @@
 #      directly by the build for everything else;
 #   5. runs the image's own CMD on a loopback port (`--network host`, port and address swapped), waits for
 #      /_stcore/health, opens the overview and a deep link in Chromium (dev/image/browser_check.py), checks that
-#      the Run page is read-only and that engine.jobs refuses a job inside the container;
+#      the Run page is read-only and that engine.runtime.jobs refuses a job inside the container;
 #   6. removes what it started: container, images, daemon, index server, temp dir (installed packages stay).
 #
 # Environment: PORT (default 8501 if free, so the image's HEALTHCHECK is checked too, else a free port),
 # STORAGE_DRIVER (overlay2, falling back to vfs), DEBIAN_MIRROR, KEEP (a folder: keep logs and screenshots
-# there), BASE_TAR (a tarball of the bootstrapped base: reused if present, written if not).
+# there), BASE_TAR (a tarball of the bootstrapped base: reused if present, written if not), SOURCE (worktree,
+# the default: the checkout as it is; or HEAD: the last commit, with the checkout's Dockerfile and .dockerignore,
+# for a consistent tree while files are being moved).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -210,11 +212,20 @@ EOF
 timed "torch index" serve_torch
 
 # ---------------------------------------------------------------- 5. the build
+CONTEXT=$REPO
+if [ "${SOURCE:-worktree}" = HEAD ]; then
+  CONTEXT=$WORK/src
+  mkdir -p "$CONTEXT"
+  git -C "$REPO" archive HEAD | tar -x -C "$CONTEXT"
+  cp "$REPO/Dockerfile" "$REPO/.dockerignore" "$CONTEXT/"
+  log "build context: git HEAD $(git -C "$REPO" rev-parse --short HEAD) with the checkout's Dockerfile, .dockerignore"
+fi
 build() {
-  log "docker build --force-rm --network host --build-arg TORCH_INDEX=$TORCH_INDEX -t $IMAGE $REPO"
+  log "docker build --force-rm --network host --build-arg TORCH_INDEX=$TORCH_INDEX -t $IMAGE $CONTEXT"
   local t0 rc=0
   t0=$(now)
-  docker build --force-rm --network host --build-arg "TORCH_INDEX=$TORCH_INDEX" -t "$IMAGE" "$REPO" >"$WORK/build.log" 2>&1 &
+  : >"$WORK/build.log"
+  docker build --force-rm --network host --build-arg "TORCH_INDEX=$TORCH_INDEX" -t "$IMAGE" "$CONTEXT" >"$WORK/build.log" 2>&1 &
   local pid=$!
   # the build's steps, each stamped with the time since the build began
   tail -n +1 -f --pid "$pid" "$WORK/build.log" | while IFS= read -r line; do
@@ -227,7 +238,6 @@ build() {
     tail -n 60 "$WORK/build.log"
     return "$rc"
   fi
-  grep -E "^Successfully installed" "$WORK/build.log" | sed 's/^/  /' | cut -c1-400
 }
 timed "docker build" build
 
@@ -237,7 +247,7 @@ image_size() {
   base=$(docker image inspect -f '{{.Size}}' "$BASE_TAG")
   SIZE_LINE="image $IMAGE: $((bytes / 1000000)) MB uncompressed ($bytes bytes); base stand-in $((base / 1000000)) MB, so the Dockerfile's own layers are $(((bytes - base) / 1000000)) MB"
   log "$SIZE_LINE"
-  docker history --format '  {{.Size}}\t{{.CreatedBy}}' "$IMAGE" | cut -c1-150 | grep -v '^  0B'
+  docker history --no-trunc --format '{{.Size}}\t{{.CreatedBy}}' "$IMAGE" | awk -F'\t' '$1 != "0B" { print "  " $0 }' | cut -c1-140
 }
 timed "image size" image_size
 
@@ -277,13 +287,16 @@ refuses_a_job() {
 import os
 from pathlib import Path
 
-from engine import jobs
+try:
+    from engine.runtime import jobs
+except ImportError:  # the layout before engine/ was split into core, experiments, runtime
+    from engine import jobs
 
 root = Path(os.environ["LOOPSCOPE_RESULTS"])
 try:
     jobs.submit(jobs.ExperimentSpec("e2", "smoke", (0,), ("parity",)), root)
 except jobs.Refused as e:
-    print("  engine.jobs.submit refused:", e)
+    print("  engine.runtime.jobs.submit refused:", e)
 else:
     raise SystemExit("a job was submitted on the read-only image")
 assert not (root / "jobs").exists(), "a jobs folder appeared"

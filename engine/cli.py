@@ -11,24 +11,21 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from engine.presets import PRESETS, RunConfig, preset
+from engine.core.presets import PRESETS, RunConfig, preset
+from engine.errors import UsageError
+from engine.experiments import REGISTRY
 
 DEFAULT_RESULTS = "cached_results"
 BACKEND_HELP = "local (default): this process; ray: seed groups as Ray tasks ($RAY_ADDRESS or a local Ray)"
-MAX_LOOPS = 1000  # loop counts per forward (eval, ouro); a shared dashboard caps lower (engine.jobs.CAPS)
+MAX_LOOPS = 1000  # loop counts per forward (eval, ouro); a shared dashboard caps lower (engine.runtime.jobs.CAPS)
 MAX_SEEDS, MAX_SEED = 1024, 2**31 - 1  # seeds per command, and the largest seed (every RNG here takes it)
 MAX_WORKERS = 4 * (os.cpu_count() or 1)  # local processes: more than this only thrashes
-
-
-class UsageError(Exception):
-    """Bad input: the message says what is wrong and what to do."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -109,7 +106,7 @@ def load_config(args) -> RunConfig:
 
 
 def device_of(args) -> str:
-    from engine.train import resolve_device
+    from engine.core.train import resolve_device
 
     try:
         return resolve_device(args.device)
@@ -119,39 +116,20 @@ def device_of(args) -> str:
 
 def open_store(args):
     """The results folder, once a real write there has worked (os.access says yes as root on /proc)."""
-    from engine.store import Store
+    from engine.core.store import Store
 
-    root = results_dir(args)
-    probe_writable(root)
-    return Store(root)
-
-
-def probe_writable(root: Path) -> None:
-    """Create root, write and delete a probe file in it, then remove the folders this made (the writers make
-    them again): a failure is a UsageError, and either way the disk is left as it was."""
-    made = [p for p in (root, *root.parents) if not os.path.lexists(p)]  # deepest first
+    store = Store(results_dir(args))
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".loopscope-probe-", dir=root)
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as e:
-        raise UsageError(
-            f"cannot write results under {root} ({e.strerror or e}); pass --results with a folder you can write."
-        ) from None
-    finally:
-        for folder in filter(os.path.isdir, made):  # deepest first; the deepest may never have been made
-            try:
-                folder.rmdir()
-            except OSError:  # no longer empty (another writer): leave it and its parents
-                break
+        store.check_writable()
+    except PermissionError as e:
+        raise UsageError(str(e)) from None
+    return store
 
 
 def check_runs(root: Path, keys: list[str]) -> None:
     """Every key names a verified run inside root (keys become paths), and the runs share one config:
     they load as one ensemble."""
-    from engine.jobs import check_run_key
-    from engine.store import Store
+    from engine.core.store import Store, check_run_key
 
     store, configs = Store(root), {}
     for key in keys:
@@ -196,11 +174,11 @@ def ray_fan_out(args, units, store) -> str:
     try:
         import ray  # noqa: F401
 
-        from engine.fanout import fan_out
+        from engine.runtime.fanout import fan_out
     except ImportError:
         raise UsageError("--backend ray needs Ray: pip install 'loopscope[ray]' (or 'ray[default]').") from None
     fan_out(units, store, args.device)
-    from engine.train import resolve_device
+    from engine.core.train import resolve_device
 
     return "cpu" if args.device == "cpu" else resolve_device("auto")
 
@@ -210,7 +188,7 @@ def cmd_train(args) -> int:
     if args.group_size:  # a different group is a different computation: it changes the run keys
         cfg = replace(cfg, train=replace(cfg.train, group_size=args.group_size))
     seeds = parse_seeds(args.seeds)
-    from engine.experiments import ensure_runs
+    from engine.experiments.runs import ensure_runs
 
     store = open_store(args)
     if args.backend == "ray":
@@ -225,7 +203,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from engine.experiments import extend_eval
+    from engine.experiments.runs import extend_eval
 
     loops = parse_loops(args.loops)
     keys = list(dict.fromkeys(args.run_keys))  # a key given twice is evaluated once
@@ -237,15 +215,10 @@ def cmd_eval(args) -> int:
     return 0
 
 
-EXPERIMENTS = ("e2", "e3", "e4")
-
-
 def cmd_run(args) -> int:
     """One experiment, or `all` (E2, E3, E4 in order; each reuses what the one before cached)."""
-    import importlib
-
-    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
-    modules = [importlib.import_module(f"engine.{name}") for name in names]
+    names = list(REGISTRY) if args.experiment == "all" else [args.experiment]
+    modules = [REGISTRY[name] for name in names]
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
     seeds = parse_seeds(args.seeds)
@@ -263,12 +236,12 @@ def cmd_run(args) -> int:
     for name, module in zip(names, modules, strict=True):
         start = time.perf_counter()  # the fan-out included: the figure is the experiment's wall time
         if args.backend == "ray":
-            from engine.fanout import experiment_units
+            from engine.runtime.fanout import experiment_units
 
             units = [(cfg, seeds, label) for cfg, label in experiment_units(name, args.preset, tasks)]
             device = ray_fan_out(args, units, store)
         elif args.workers > 1:
-            from engine.fanout import local_fan_out
+            from engine.runtime.fanout import local_fan_out
 
             local_fan_out(name, args.preset, tasks, seeds, store, device, args.workers)
         rows = module.run(args.preset, seeds, store, device, tasks)
@@ -284,7 +257,7 @@ def check_repo(repo: str) -> None:
 
 
 def cmd_push(args) -> int:
-    from engine import share
+    from engine.runtime import share
 
     check_repo(args.repo)
     root = results_dir(args)
@@ -297,7 +270,7 @@ def cmd_push(args) -> int:
 
 
 def cmd_pull(args) -> int:
-    from engine import share
+    from engine.runtime import share
 
     check_repo(args.repo)
     store = open_store(args)
@@ -310,14 +283,15 @@ def cmd_pull(args) -> int:
 
 
 def cmd_ouro(args) -> int:
-    from engine import e1
+    from engine.ouro import e1
 
     args.loops = parse_loops(args.loops)
-    return e1.cmd_ouro(args)
+    tasks = e1.validate(args)  # all input checked before the results folder is touched
+    return e1.cmd_ouro(args, tasks, device_of(args), open_store(args))
 
 
 def cmd_bench(args) -> int:
-    from engine import bench
+    from engine.runtime import bench
 
     if args.device == "cpu":
         result, report = bench.run_all(quick=args.quick, results=results_dir(args)), bench.format_report
@@ -330,8 +304,40 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    """Retrain seeds of a shipped study here: bit-identical, or inside the shipped seeds' distribution per n."""
+    from engine.core.store import Store
+    from engine.runtime import verify
+
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
+    seeds = parse_seeds(args.seeds)
+    units = [
+        cfg for cfg, _ in REGISTRY[args.experiment].trainings(args.preset, REGISTRY[args.experiment].TASKS)
+        if (args.task in (None, cfg.task.name)) and (args.boundary in (None, cfg.model.boundary))
+        and (args.arch in (None, cfg.model.arch))
+    ]  # fmt: skip
+    store = Store(results_dir(args))
+    missing = [cfg.run_key(s) for cfg in units for s in seeds if store.status(cfg.run_key(s)) != "ok"]
+    if not units or missing:
+        raise UsageError(
+            f"no shipped runs to verify under {store.root} ({len(missing)} missing, e.g. {missing[:1]}); "
+            f"run 'loopscope run {args.experiment} --preset {args.preset}' there first, or pass --results."
+        )
+    device, results = device_of(args), []
+    for cfg in units:
+        groups = cfg.groups(seeds)
+        what = f"{cfg.task.name} {cfg.model.arch} {cfg.model.boundary}, {cfg.train.steps} steps"
+        print(f"retraining {len(groups)} group(s) of {cfg.train.group_size} seeds ({what}): a seed trains in its "
+              "whole group.", file=sys.stderr)  # fmt: skip
+        result = verify.verify(store, cfg, seeds, device)
+        print(verify.report(result, cfg))
+        results.append(all(result["identical"].values()) or bool((result["per_n"]["mann_whitney_p"] >= 0.05).all()))
+    return 0 if all(results) else 1
+
+
 def cmd_list(args) -> int:
-    from engine.store import Store
+    from engine.core.store import Store
 
     store = Store(results_dir(args))
     records = []
@@ -367,7 +373,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from engine.checks import run_checks
+    from engine.core.checks import run_checks
 
     results = run_checks()
     if args.json:
@@ -419,7 +425,7 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2, e3, e4, or all")
-    p.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
+    p.add_argument("experiment", choices=[*REGISTRY, "all"])
     p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
     p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")
@@ -455,6 +461,16 @@ def build_parser() -> Parser:
     )
     p.add_argument("--compile", action="store_true", help="with a GPU: also measure through torch.compile")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("verify", parents=[common], help="retrain seeds of a shipped study here and compare")
+    p.add_argument("experiment", choices=list(REGISTRY))
+    p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
+    p.add_argument("--seeds", default="2", help="the seeds to retrain (a count, a range or a list; default 2)")
+    p.add_argument("--task", choices=["parity", "chain"], help="only this task's trainings")
+    p.add_argument("--boundary", choices=["norm", "none"], help="only the trainings in this mode")
+    p.add_argument("--arch", choices=["looped", "stacked"], help="only this architecture")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("list", parents=[common], help="list cached runs and their state")
     p.add_argument("--json", action="store_true")

@@ -23,6 +23,8 @@ DELTA_MAGNITUDES = ((0.147, "negligible"), (0.33, "small"), (0.474, "medium"))  
 ALPHA = 0.05  # significance level of every test
 
 # -- the study's own thresholds (README, "Verdict rules")
+HEAD_RECOVERY_RANGE = (0.2, 0.5)  # E3 (a): "about a third" = mean recovery within this range (and a plateau)
+FULL_RECOVERY = 0.9  # E3 (b): "all of it" = mean recovery at least this
 MIN_REFIT_GAP = 0.05  # E3: recovery is NaN where the surgery cost a seed less than this (nothing to recover)
 PLATEAU_TOL, PLATEAU_WINDOW = 0.02, 2  # E3: plateau = each of the last 2 doublings of steps moves < 0.02
 SURGERY_COLLAPSE_ACCURACY = 0.55  # E2 (d): "collapses" = accuracy at T at most this

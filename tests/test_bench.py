@@ -4,24 +4,25 @@ import json
 
 import pytest
 
-from engine import bench
-from engine.model import ModelConfig
-from engine.presets import smoke
+from engine.core import flops
+from engine.core.model import ModelConfig
+from engine.core.presets import smoke
+from engine.runtime import bench
 from tests.test_dashboard import smoke_results
 
 
 def test_forward_flops_by_hand():
     cfg = ModelConfig(vocab_size=10, d_model=4, n_heads=2, d_ff=6, layers_per_block=2, trained_loops=3)
     # per token and layer: 2 * (4*16 + 3*24) = 272 for the projections, 2*2*4*(5+1)/2 = 48 for attention
-    assert bench.forward_flops(cfg, seq=5, loops=3, readout_positions=2) == 5 * 2 * 3 * (272 + 48) + 2 * 4 * 10 * 2
+    assert flops.forward_flops(cfg, seq=5, loops=3, readout_positions=2) == 5 * 2 * 3 * (272 + 48) + 2 * 4 * 10 * 2
 
 
 def test_training_and_run_all_flops_scale_with_seeds_and_steps():
     run = smoke("parity")
-    one = bench.training_flops(run, 1, steps=5)
-    assert bench.training_flops(run, 3, steps=5) == pytest.approx(3 * one)
+    one = flops.training_flops(run, 1, steps=5)
+    assert flops.training_flops(run, 3, steps=5) == pytest.approx(3 * one)
     schedule = bench.tasks.difficulty_schedule(run.task, 5)
-    assert one == pytest.approx(sum(bench.train_step_flops(run, bench.seq_len(run.task, d)) for d in schedule))
+    assert one == pytest.approx(sum(flops.train_step_flops(run, flops.seq_len(run.task, d)) for d in schedule))
     total = bench.run_all_flops("smoke", seeds=2, task_names=("parity",))
     assert set(total) == {"e2", "e3", "e4"} and all(v > 0 for v in total.values())
     assert bench.run_all_flops("smoke", seeds=4, task_names=("parity",))["e2"] == pytest.approx(2 * total["e2"])
@@ -113,7 +114,7 @@ def test_compiled_training_follows_eager_training():
     """torch.compile (LOOPSCOPE_COMPILE=1) changes how the step runs, not what it computes."""
     from dataclasses import replace
 
-    from engine.train import train_group
+    from engine.core.train import train_group
 
     run = smoke("parity")
     run = replace(run, train=replace(run.train, steps=4))

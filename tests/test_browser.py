@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import e2
-from engine.store import Store
+from engine.core.store import Store
+from engine.experiments import e2
 
 CHROMIUM = Path("/usr/bin/chromium")
 APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"

@@ -76,9 +76,9 @@ def test_module_entry_point_has_no_traceback(tmp_path):
 
 
 def test_run_all_runs_e2_e3_e4_in_order_and_reruns_from_cache(tmp_path, capsys, monkeypatch):
-    from engine import experiments
-    from engine import refit as rf
-    from engine.store import Store
+    from engine.core.store import Store
+    from engine.experiments import refit as rf
+    from engine.experiments import runs as experiments
 
     res = str(tmp_path / "res")
     argv = ("run", "all", "--preset", "smoke", "--seeds", "2", "--tasks", "parity", "--results", res)
@@ -100,16 +100,16 @@ def test_run_all_runs_e2_e3_e4_in_order_and_reruns_from_cache(tmp_path, capsys, 
 
 def test_local_workers_store_what_one_process_would(tmp_path, capsys):
     """`--workers 2`: trainings and E3's refits in two processes, results equal to a one-process run's."""
-    from engine.store import Store
+    from engine.core.store import Store
 
     argv = ("run", "e3", "--preset", "smoke", "--seeds", "2", "--tasks", "parity")
     outputs = {}
     for name, extra in (("one", ()), ("two", ("--workers", "2"))):
         code, outputs[name], err = run(capsys, *argv, *extra, "--results", str(tmp_path / name))
         assert code == 0
-    from engine import e3
-    from engine.presets import preset
-    from engine.refit import distinct_targets
+    from engine.core.presets import preset
+    from engine.experiments import e3
+    from engine.experiments.refit import distinct_targets
 
     targets = len(distinct_targets(e3.refit_config("smoke").targets, preset("smoke", "parity").model.layers_per_block))
     assert targets > 1  # one job per target, so the targets' refits really ran in separate processes

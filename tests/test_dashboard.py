@@ -3,6 +3,7 @@ without a traceback; deep links restore widgets; the chart builders draw what th
 
 import hashlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -12,8 +13,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import charts
-from engine import e2, jobs
-from engine.store import Store
+from engine.core.presets import preset
+from engine.core.store import Store
+from engine.experiments import REGISTRY, e2, e3, e4
+from engine.runtime import jobs
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 PAGES = ["overview", "accuracy", "norms", "refit", "stacked", "ouro", "runs"]
@@ -157,20 +160,23 @@ def test_refit_page_draws_recovery_with_the_paper_levels(monkeypatch, all_tables
     levels = [layer for layer in spec["layer"] if layer.get("name") == "reference-level"]
     assert levels and at.selectbox(key="n").value == 3  # defaults to n = T
     ends = at.dataframe[0].value  # where each target ends: every target once, at its last step
-    assert list(ends["refit target"]) == ["head", "head+last"] and set(ends["steps"]) == {100}
+    assert list(ends["refit_target"]) == ["head", "head+last"] and set(ends["refit_steps"]) == {100}
     assert ends["plateau"].dtype == bool
+    assert at.selectbox(key="difficulty").options == ["in-range mean", *map(str, range(1, 7))]  # no "0"
     at.selectbox(key="metric").set_value("accuracy").run()
     (spec,) = charts_on(at)
     levels = [layer for layer in spec["layer"] if layer.get("name") == "reference-level"]
     level_rows = spec["datasets"][levels[0]["data"]["name"]]
     assert [r["label"].split(":")[0] for r in level_rows] == ["original, norm mode"]  # a level, not a curve
-    assert "original" not in set(at.dataframe[0].value["refit target"])
+    assert "original" not in set(at.dataframe[0].value["refit_target"])
+    at.selectbox(key="difficulty").set_value("beyond-range mean").run()  # accuracy has every level
+    assert not at.exception and len(charts_on(at)) == 1
 
 
 def test_stacked_page_switches_the_x_axis(monkeypatch, all_tables):
     at = render(monkeypatch, all_tables, "stacked")
     assert len(charts_on(at)) == 2
-    at.segmented_control(key="x").set_value("n/T").run()
+    at.segmented_control(key="axis").set_value("ratio").run()
     assert not at.exception
     spec = charts_on(at)[0]
     assert spec["layer"][0]["encoding"]["x"]["field"] == "overshoot_ratio"
@@ -226,7 +232,7 @@ def test_a_rewritten_table_is_read_again(monkeypatch, results, tmp_path):
     assert "could not be read" in at.error[0].value
 
 
-# ---------------------------------------------------------------- the Run page and live jobs (engine.jobs)
+# ---------------------------------------------------------------- the Run page and live jobs (engine.runtime.jobs)
 
 
 @pytest.fixture
@@ -389,11 +395,155 @@ def test_loss_curve_steps_follow_the_manifest_stride():
 SHIPPED = Path(__file__).resolve().parents[1] / "cached_results"
 
 
-@pytest.mark.skipif(not (SHIPPED / "e2-cpu.parquet").exists(), reason="no shipped E2 results in this checkout")
+@pytest.mark.skipif(not (SHIPPED / "e2-cpu-1layer.parquet").exists(), reason="no shipped E2 results in this checkout")
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_renders_the_shipped_results(monkeypatch, page):
     at = render(monkeypatch, SHIPPED, page)
     assert not at.exception
     if page == "overview":  # every E2 claim of both tasks has a card with a verdict
         text = " ".join(m.value for m in at.markdown)
-        assert text.count("cpu preset, 16 seeds per mode") >= 8
+        assert text.count("preset, 16 seeds per mode") >= 8
+
+
+# ---------------------------------------------------------------- the shipped results: what each page draws
+
+ANNOTATIONS = {"budget", "budget-label", "chance", "chance-label", "reference", "reference-level", "magnitude-bands"}
+
+
+def measured_values(spec: dict) -> list:
+    """The y values a figure draws from measurements: the y/y2 fields of its named layers other than the
+    annotations (budget and chance rules, the paper's reference marks, the magnitude bands)."""
+    values = []
+    for layer in spec.get("layer", [spec]):
+        if layer.get("name") in ANNOTATIONS or (layer is not spec and "name" not in layer):
+            continue  # an annotation, or an unnamed label or zero rule: drawn whatever the data
+        data = layer.get("data") or spec.get("data") or {}
+        records = spec["datasets"].get(data.get("name"), data.get("values", []))
+        encoding = layer.get("encoding", {})
+        fields = [encoding[c]["field"] for c in ("y", "y2") if "field" in (encoding.get(c) or {})]
+        values += [r.get(f) for r in records for f in fields]
+    return values
+
+
+def finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@pytest.mark.skipif(not (SHIPPED / "e2-cpu-1layer.parquet").exists(), reason="no shipped results in this checkout")
+@pytest.mark.parametrize("page", PAGES)
+def test_every_default_figure_draws_a_finite_value(monkeypatch, page):
+    """A fresh session with default widgets: no figure is empty (all its measured values NaN or missing)."""
+    at = render(monkeypatch, SHIPPED, page)
+    for i, spec in enumerate(charts_on(at)):
+        values = measured_values(spec)
+        assert any(finite(v) for v in values), f"{page}: figure {i} draws no finite value ({len(values)} values)"
+
+
+SHIPPED_PRESET = "cpu-1layer"  # the shipped study the tests compare against (until the second study ships)
+
+
+def shipped(experiment: str) -> pd.DataFrame:
+    return pd.read_parquet(SHIPPED / f"{experiment}-{SHIPPED_PRESET}.parquet")
+
+
+def layer_records(spec: dict, name: str) -> pd.DataFrame:
+    (layer,) = [layer for layer in spec["layer"] if layer.get("name") == name]
+    return pd.DataFrame(spec["datasets"][(layer.get("data") or spec["data"])["name"]])
+
+
+def assert_same(shown: pd.DataFrame, expected: pd.DataFrame, key: str, columns: list[str]) -> None:
+    """The page's table equals the engine's, row for row (matched on key), in the given columns."""
+    shown, expected = shown.set_index(key).sort_index(), expected.set_index(key).sort_index()
+    assert list(shown.index) == list(expected.index) and len(shown)
+    pd.testing.assert_frame_equal(
+        shown[columns], expected[columns], check_dtype=False, check_index_type=False, check_exact=False
+    )
+
+
+needs_shipped = pytest.mark.skipif(not (SHIPPED / "e4-cpu-1layer.parquet").exists(), reason="no shipped results")
+
+
+@needs_shipped
+def test_overview_cards_are_the_engine_claims(monkeypatch):
+    """Each card's measured text and verdict is REGISTRY[e].claims(summarize(table, preset)) on the shipped table."""
+    at = render(monkeypatch, SHIPPED)
+    markdown = [m.value for m in at.markdown]
+    titles = {"e2": "E2", "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked"}
+    for experiment, title in titles.items():
+        module, rows = REGISTRY[experiment], shipped(experiment)
+        trained = {task: preset(SHIPPED_PRESET, task).model.trained_loops for task in rows["task"].unique()}
+        found = module.claims(module.summarize(rows, SHIPPED_PRESET), trained)
+        assert len(found) >= 4
+        for c in found:
+            (card,) = [m for m in markdown if m.startswith(f"**{title} ({c['claim']}) · {c['task']}**")]
+            assert (":material/check_circle: reproduced]" in card) == c["reproduced"], card
+            assert any(f"**Measured:** {c['measured']}  \n" in m for m in markdown), c["measured"]
+
+
+@needs_shipped
+def test_refit_default_view_draws_the_engine_summary(monkeypatch):
+    """E3's default view (chain, recovery, in-range mean, n = T) is e3.summarize's, the figure the claims read."""
+    at = render(monkeypatch, SHIPPED, "refit")
+    task, n = at.selectbox(key="task").value, at.selectbox(key="n").value
+    assert (task, n, at.selectbox(key="metric").value, at.selectbox(key="difficulty").value) == (
+        "chain", 4, "recovery", "in-range mean"
+    )  # fmt: skip
+    summary = e3.summarize(shipped("e3"), SHIPPED_PRESET)
+    curve = summary[(summary["task"] == task) & (summary["eval_loops"] == n)]
+    columns = ["refit_steps", "mean", "ci_low", "ci_high", "n", "n_guarded", "plateau", "pooled", "same_as"]
+    assert_same(at.dataframe[0].value, e3.final(curve), "refit_target", columns)
+    head = at.dataframe[0].value.set_index("refit_target").loc["head"]
+    assert f"recovery {head['mean']:.3f} [{head['ci_low']:.3f}, {head['ci_high']:.3f}]" in next(
+        c["measured"] for c in e3.claims(summary, {"chain": n, "parity": n}) if (c["task"], c["claim"]) == (task, "a")
+    )  # the overview card's figure: recovery 0.750 for the shipped results
+    drawn = layer_records(charts_on(at)[0], "mean").rename(columns={"series": "refit_target"})
+    expected = curve.assign(key=curve["refit_target"] + "@" + curve["refit_steps"].astype(str))
+    assert_same(drawn.assign(key=drawn["refit_target"] + "@" + drawn["refit_steps"].astype(str)), expected, "key",
+                ["mean"])  # fmt: skip
+
+
+@needs_shipped
+def test_stacked_gap_table_is_the_engine_comparison(monkeypatch):
+    """E4's default view (all difficulties, equal n, norm) is e4.summarize's; mode none at matched n/T pairs the
+    stacked model run as norm->none with the looped none models, as E4 does."""
+    at = render(monkeypatch, SHIPPED, "stacked")
+    assert at.selectbox(key="difficulty").value == "all difficulties mean"
+    summary = e4.summarize(shipped("e4"), SHIPPED_PRESET)
+    columns = ["mean_a", "mean_b", "gap", "delta", "delta_ci_low", "delta_ci_high", "magnitude", "p_value", "n_a"]
+    for axis, mode in (("n", "norm"), ("ratio", "none"), ("difference", "none")):
+        if (axis, mode) != ("n", "norm"):
+            at.segmented_control(key="axis").set_value(axis)
+            at.segmented_control(key="mode").set_value(mode).run()
+            assert not at.exception
+        task = at.selectbox(key="task").value
+        x = charts.X_AXES[axis][0]
+        expected = summary[(summary["axis"] == axis) & (summary["task"] == task) & (summary["mode"] == mode)]
+        assert_same(at.dataframe[0].value, expected.rename(columns={"x": x}), x, columns)
+        curves = layer_records(charts_on(at)[0], "mean").pivot(index=x, columns="series", values="mean")
+        both = curves.loc[expected["x"]]
+        assert both[f"looped, {mode}"].to_numpy() == pytest.approx(expected["mean_b"].to_numpy())
+        assert both[f"stacked, {mode}"].to_numpy() == pytest.approx(expected["mean_a"].to_numpy())
+
+
+@needs_shipped
+def test_accuracy_and_norms_pages_draw_the_e2_summary(monkeypatch):
+    """The accuracy page's default curves and Cliff's delta are e2.summarize's in-range figures; the norms page's
+    norm growth of norm->none at n = T is the figure of claim (d)."""
+    rows = shipped("e2")
+    summary = e2.summarize(rows, SHIPPED_PRESET)
+    at = render(monkeypatch, SHIPPED, "accuracy")
+    task = at.selectbox(key="task").value
+    assert at.selectbox(key="difficulty").value == "in-range mean"
+    expected = summary[(summary["task"] == task) & (summary["range"] == "in-range")].set_index("eval_loops")
+    curve, delta = charts_on(at)
+    means = layer_records(curve, "mean").pivot(index="eval_loops", columns="series", values="mean")
+    assert means["norm"].to_numpy() == pytest.approx(expected["mean_a"].to_numpy())
+    assert means["none"].to_numpy() == pytest.approx(expected["mean_b"].to_numpy())
+    deltas = layer_records(delta, "delta").set_index("eval_loops")
+    assert deltas["delta"].to_numpy() == pytest.approx(expected["delta"].to_numpy())
+    at = render(monkeypatch, SHIPPED, "norms")
+    growth = at.dataframe[0].value.set_index(["mode", "range"])
+    T = preset(SHIPPED_PRESET, task).model.trained_loops
+    ratio = growth.loc[("norm->none", "in-range"), f"max/min over steps 1..T = {T}"]
+    (d,) = [c for c in e2.claims(summary, {"chain": T, "parity": T}) if (c["claim"], c["task"]) == ("d", task)]
+    assert f"norm ratio {ratio:.3f}x" in d["measured"]

@@ -9,11 +9,11 @@ import pytest
 import torch
 from test_ouro import _tiny_tokenizer  # tests/ is on sys.path under pytest
 
-from engine import e1
 from engine.cli import main
-from engine.ouro import OuroConfig, OuroForCausalLM
-from engine.probe import make_prompts, option_token_ids
-from engine.store import RESULT_COLUMNS, sha256
+from engine.core.store import RESULT_COLUMNS, sha256
+from engine.ouro import e1, hub, measure
+from engine.ouro.modeling import OuroConfig, OuroForCausalLM
+from engine.ouro.probe import make_prompts, option_token_ids
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 
@@ -122,7 +122,7 @@ def test_bad_input_exits_2(ckpt, tmp_path, capsys, args, needle):
 
 
 def test_failed_identity_is_recorded_and_exits_1(ckpt, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(e1, "n1_identity", lambda *a: {"batch": 2, "logits_equal": False})
+    monkeypatch.setattr(e1, "ouro_n1_identity", lambda *a: {"batch": 2, "logits_equal": False})
     assert _run(ckpt, tmp_path, "--prompts", "2", "--loops", "1-2") == 1
     assert "n = 1 identity failed for chain" in capsys.readouterr().err
     manifest = json.loads((tmp_path / "e1-tiny.json").read_text())
@@ -132,10 +132,10 @@ def test_failed_identity_is_recorded_and_exits_1(ckpt, tmp_path, capsys, monkeyp
 
 def test_digit_splitting_tokenizer_gets_space_in_prompt():
     """Ouro's (SmolLM-style) tokenizer splits ' 0' into ' ' + '0': the probe ends the prompt with the space."""
-    tok = e1.local_bpe_tokenizer(vocab_size=300)
+    tok = measure.local_bpe_tokenizer(vocab_size=300)
     prompts = make_prompts("chain", 4, seed=0)
     assert tok(" 0")["input_ids"][0] == tok(" 1")["input_ids"][0]  # the clash this guards against
-    from engine.probe import fit_prompts
+    from engine.ouro.probe import fit_prompts
 
     fitted = fit_prompts(tok, prompts)
     assert all(f.prompt == p.prompt + " " and f.options == ("0", "1") for f, p in zip(fitted, prompts, strict=True))
@@ -148,13 +148,13 @@ def test_slugs():
     from pathlib import Path
 
     snap = Path("/c/hub/models--ByteDance--Ouro-1.4B/snapshots/" + "a" * 40)
-    assert e1.slug_of("ByteDance/Ouro-1.4B", snap) == "ouro-1.4b"
-    assert e1.slug_of("cached_results/e1-demo", Path("/x/cached_results/e1-demo")) == "demo"
+    assert hub.slug_of("ByteDance/Ouro-1.4B", snap) == "ouro-1.4b"
+    assert hub.slug_of("cached_results/e1-demo", Path("/x/cached_results/e1-demo")) == "demo"
 
 
 def test_demo_trainer_saves_a_loadable_checkpoint(tmp_path, monkeypatch):
     """Two steps of the demo trainer: the folder reloads through the Auto classes and probes via the CLI."""
-    from engine import ouro_demo
+    from engine.ouro import demo as ouro_demo
 
     monkeypatch.setitem(ouro_demo.TRAIN, "eval_prompts", 8)
     monkeypatch.setitem(ouro_demo.TRAIN, "batch", 8)

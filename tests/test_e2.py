@@ -3,8 +3,9 @@
 import pandas as pd
 import pytest
 
-from engine import e2, experiments
-from engine.store import RESULT_COLUMNS, Store
+from engine.core.store import RESULT_COLUMNS, Store
+from engine.experiments import e2
+from engine.experiments import runs as experiments
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +17,7 @@ def e2_rows(tmp_path_factory):
 
 def test_e2_table_has_both_modes_and_the_surgery(e2_rows):
     store, rows = e2_rows
-    assert list(rows.columns) == RESULT_COLUMNS
+    assert list(rows.columns) == [*RESULT_COLUMNS, "split"]
     assert set(rows.boundary) == {"norm", "none", "norm->none"}
     assert set(rows.experiment) == {"e2"}
     table = store.read_table("e2-smoke")

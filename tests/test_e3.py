@@ -5,9 +5,10 @@ import pandas as pd
 import pytest
 from safetensors.torch import load as load_safetensors
 
-from engine import e3, experiments
-from engine import refit as rf
-from engine.store import RESULT_COLUMNS, Store
+from engine.core.store import RESULT_COLUMNS, Store
+from engine.experiments import e3
+from engine.experiments import refit as rf
+from engine.experiments import runs as experiments
 
 SHORT = rf.RefitConfig(schedule=(0, 5, 10, 20), lr=3e-3)
 
@@ -21,7 +22,7 @@ def e3_rows(tmp_path_factory):
 
 def test_table_columns_targets_and_identities(e3_rows):
     store, rows = e3_rows
-    assert list(rows.columns) == [*RESULT_COLUMNS, "refit_target", "refit_steps"]
+    assert list(rows.columns) == [*RESULT_COLUMNS, "refit_target", "refit_steps", "split"]
     pd.testing.assert_frame_equal(store.read_table("e3-smoke"), rows)
     assert set(rows.metric) == {"accuracy", "recovery"} and set(rows.experiment) == {"e3"}
     # a 1-layer block: first = middle = last, computed once under head+last

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from engine import e4
+from engine.experiments import e4
 
 
 def rows_for(arch, trained_loops, loops, acc_of, seeds=(0, 1, 2)):

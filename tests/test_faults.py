@@ -1,7 +1,7 @@
 """Crash consistency: real `loopscope run` processes killed with SIGKILL at chosen points, then rerun to
 completion, end with the very tables and tensors of an uninterrupted run.
 
-The kill points come from engine.store's fault hook (LOOPSCOPE_FAULT=<file-name text>:<n>: SIGKILL at the
+The kill points come from engine.core.store's fault hook (LOOPSCOPE_FAULT=<file-name text>:<n>: SIGKILL at the
 n-th such write, after its bytes are on disk and before they take their name), so each lands exactly
 where it is meant to: between a run's files and its manifest, inside a group's save loop, between the
 surgery's new rows and the manifest that adopts them, in a refit group, and on a table.
@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load as load_safetensors
 
-from engine import e3
-from engine.store import Store
+from engine.core.store import Store
+from engine.experiments import e3
 
 # e2 --preset smoke --seeds 2 writes, in order: per config (parity norm, parity none, chain norm, chain
 # none) one group of two runs (a model, rows and manifest each), and after each norm group the surgery's

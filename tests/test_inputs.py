@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import cli, experiments, jobs
-from engine.presets import smoke
-from engine.store import Store
+from engine import cli
+from engine.core.presets import smoke
+from engine.core.store import Store
+from engine.experiments import runs as experiments
+from engine.runtime import jobs
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "0123456789abcdef"  # well formed, names no run
@@ -100,7 +102,7 @@ def test_a_failed_probe_leaves_no_half_made_folders(tmp_path, capsys):
 
 
 def test_a_successful_probe_leaves_nothing_either(tmp_path):
-    cli.probe_writable(tmp_path / "new" / "res")
+    Store(tmp_path / "new" / "res").check_writable()
     assert list(tmp_path.iterdir()) == []
 
 
@@ -215,7 +217,7 @@ def test_the_worker_entry_refuses_in_one_line(tmp_path, writable, env, jid, phra
     own, _ = running_job(tmp_path, os.getpid())
     before = files_under(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.jobs", str(tmp_path), jid or own],
+        [sys.executable, "-m", "engine.runtime.jobs", str(tmp_path), jid or own],
         env={k: v for k, v in os.environ.items() if k != "LOOPSCOPE_READ_ONLY"} | env,
         capture_output=True,
         text=True,

@@ -19,11 +19,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from engine import experiments, fanout, jobs
 from engine.cli import main
-from engine.presets import smoke
-from engine.store import Store
-from engine.train import train_group
+from engine.core.presets import smoke
+from engine.core.store import Store
+from engine.core.train import train_group
+from engine.experiments import runs as experiments
+from engine.runtime import fanout, jobs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,8 +96,8 @@ def test_specs_round_trip_and_name_their_job():
 SUBMIT_AT_ONCE = """
 import pathlib, sys, time
 from dataclasses import replace
-from engine import jobs
-from engine.presets import smoke
+from engine.runtime import jobs
+from engine.core.presets import smoke
 root, gate, me = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
 (gate / me).touch()
 while len(list(gate.iterdir())) < 2:  # both processes are imported and ready: go together
@@ -306,11 +307,11 @@ def test_offline_push_and_pull_end_in_one_sentence(small_results, tmp_path, monk
 @pytest.mark.parametrize("experiment", ["e2", "e3", "e4"])
 def test_the_fan_out_trains_what_the_experiment_would(experiment, monkeypatch):
     """The Ray fan-out reads the same list of trainings that the experiment's run() goes through."""
-    import importlib
-
     import pandas as pd
 
-    module, trained = importlib.import_module(f"engine.{experiment}"), []
+    from engine.experiments import REGISTRY
+
+    module, trained = REGISTRY[experiment], []
 
     def record(cfg, seeds, store, label, *a, **k):
         trained.append((cfg, label))

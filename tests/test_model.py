@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.checks import run_checks
-from engine.model import LoopedLM, ModelConfig, build
-from engine.presets import smoke
-from engine.tasks import VOCAB_SIZE
+from engine.core.checks import run_checks
+from engine.core.model import LoopedLM, ModelConfig, build
+from engine.core.presets import smoke
+from engine.core.tasks import VOCAB_SIZE
 
 CFG = ModelConfig(VOCAB_SIZE, d_model=32, n_heads=2, d_ff=64, layers_per_block=2, trained_loops=3)
 
@@ -109,3 +109,11 @@ def test_checks_pass_and_can_fail():
     broken = build(CFG, [0])
     broken.boundary_transfer = lambda x, mode: (x, x * 1.001 if mode == "none" else x)  # a wrong readout
     assert not all(c.passed for c in run_checks([broken]))
+
+
+def test_zero_loops_is_refused_not_read_as_the_default():
+    model = build(replace(smoke().model, boundary="norm"), [0])
+    tokens = torch.zeros(1, 2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="n_loops must be at least 1"):
+        model(tokens, 0)
+    assert model(tokens, None).logits.shape[0] == model.cfg.trained_loops  # None: the trained budget

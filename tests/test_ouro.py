@@ -1,4 +1,4 @@
-"""Tests for engine.ouro (local Ouro implementation) and engine.probe. Nothing is downloaded."""
+"""Tests for engine.ouro.modeling (local Ouro implementation) and engine.ouro.probe. Nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from engine.ouro import OuroConfig, OuroForCausalLM, exit_distribution
-from engine.probe import COLUMNS, VARIABLES, ProbePrompt, make_prompts, probe
+from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution
+from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, make_prompts, probe
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 RELEASED_KEY = re.compile(
@@ -176,7 +176,7 @@ def test_attention_and_mlp_match_llama_conventions():
     from transformers import LlamaConfig
     from transformers.models.llama import modeling_llama as llama
 
-    from engine.ouro import OuroAttention, OuroMLP, rope_cos_sin
+    from engine.ouro.modeling import OuroAttention, OuroMLP, rope_cos_sin
 
     torch.manual_seed(0)
     sizes = dict(TINY, num_key_value_heads=2)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine import refit as rf
-from engine.model import build
-from engine.presets import smoke
+from engine.core.model import build
+from engine.core.presets import smoke
+from engine.experiments import refit as rf
 
 
 @pytest.fixture(scope="module")

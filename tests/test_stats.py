@@ -1,4 +1,4 @@
-"""Tests for engine.stats against values counted by hand (the counts are in the comments)."""
+"""Tests for engine.core.stats against values counted by hand (the counts are in the comments)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.stats import (
+from engine.core.stats import (
     bootstrap_ci_delta,
     bootstrap_ci_mean,
     cliffs_delta,

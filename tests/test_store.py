@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from engine import experiments
-from engine.experiments import ensure_runs, extend_eval
-from engine.presets import smoke
-from engine.store import RESULT_COLUMNS, BadKey, CorruptRun, Store
+from engine.core.presets import smoke
+from engine.core.store import RESULT_COLUMNS, BadKey, CorruptRun, Store
+from engine.experiments import runs as experiments
+from engine.experiments.runs import ensure_runs, extend_eval
 
 CFG = replace(smoke("parity"), train=replace(smoke("parity").train, steps=40))
 
@@ -28,16 +28,17 @@ def test_runs_are_written_with_manifest_and_exact_columns(store):
     for key in keys:
         assert store.status(key) == "ok"
         rows = store.load_rows(key)
-        assert list(rows.columns) == RESULT_COLUMNS
+        assert list(rows.columns) == [*RESULT_COLUMNS, "split"]
         assert set(rows.metric) == {
             "accuracy",
             "choice_accuracy",
             "top_token_share",
+            "option_rate",
             "top_token",
             "norm_pre",
             "norm_post",
         }
-        assert sorted(rows.eval_loops.unique()) == list(range(1, CFG.eval_loops + 1))
+        assert sorted(rows.eval_loops.unique()) == list(range(1, CFG.max_eval_loops + 1))
         m = store.manifest(key)
         for field in ("config", "git_commit", "versions", "device", "wall_time_s", "steps", "final_loss", "files"):
             assert field in m
@@ -102,7 +103,7 @@ def test_damage_is_detected_named_and_repaired_to_the_identical_run(store, how, 
 
 
 def test_a_run_changes_in_one_step_and_leaves_nothing_behind(store, monkeypatch):
-    import engine.store as store_module
+    import engine.core.store as store_module
 
     (key,) = ensure_runs(CFG, [0], store, progress=False)
     before = sorted(p.name for p in store.run_dir(key).iterdir())
@@ -131,7 +132,7 @@ def test_run_keys_are_checked_before_they_become_paths(store):
 
 def test_writability_is_probed_by_writing(tmp_path):
     Store(tmp_path / "new" / "folder").check_writable()
-    assert not list((tmp_path / "new" / "folder").iterdir())  # the probe is gone
+    assert not (tmp_path / "new").exists()  # the probe and the folders made for it are gone
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(PermissionError, match="cannot write results under"):
@@ -140,8 +141,8 @@ def test_writability_is_probed_by_writing(tmp_path):
 
 def test_two_processes_asking_for_one_group_train_it_once(tmp_path):
     script = (
-        "import sys; from dataclasses import replace; from engine.presets import smoke; "
-        "from engine.store import Store; from engine import experiments as e; "
+        "import sys; from dataclasses import replace; from engine.core.presets import smoke; "
+        "from engine.core.store import Store; from engine.experiments import runs as e; "
         "c = smoke('parity'); c = replace(c, train=replace(c.train, steps=40)); "
         "print(e.train_and_store(c, [0, 1], Store(sys.argv[1]), 'train', progress=False))"
     )

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import torch
 
-from engine import tasks
-from engine.evaluate import evaluate
-from engine.presets import smoke
-from engine.train import train_group
+from engine.core import tasks
+from engine.core.evaluate import evaluate
+from engine.core.presets import smoke
+from engine.core.train import train_group
 
 
 def short(cfg, steps):
@@ -17,7 +17,7 @@ def short(cfg, steps):
 def test_smoke_training_learns_an_easy_difficulty():
     cfg = smoke("parity")
     result = train_group(cfg, [0], progress=False)
-    rows = evaluate(result.model, cfg.task, cfg.eval_loops, "norm", progress=False)
+    rows = evaluate(result.model, cfg.task, cfg.max_eval_loops, "norm", progress=False)
     acc = rows[(rows.metric == "accuracy") & (rows.difficulty == 1) & (rows.eval_loops == 3)]
     assert float(acc.value.iloc[0]) > 0.9
     assert result.losses[-20:].mean() < result.losses[:20].mean() / 3
@@ -47,7 +47,7 @@ def test_a_seed_gets_the_same_run_alone_or_in_a_group(monkeypatch):
     grouped = train_group(cfg, [2, 5, 11], progress=False)
     # same data: seed 5 is the second member of each step's three draws
     assert all(torch.equal(a, b) for a, b in zip(alone_data, drawn[1::3], strict=True))
-    # same initial weights bit for bit: engine.model's own test; same losses over the first 50 steps
+    # same initial weights bit for bit: engine.core.model's own test; same losses over the first 50 steps
     assert (alone.losses[:, 0] - grouped.losses[:, 1]).abs().max() < 1e-4
     # and the other members really were different runs
     assert (grouped.losses[:, 0] - grouped.losses[:, 1]).abs().max() > 1e-3

@@ -3,11 +3,13 @@
 import streamlit as st
 
 from dashboard import charts, data, ui, views
+from engine import paper
 
 st.title("Accuracy vs depth")
 st.markdown(
     "Models trained at budget **T** run for **n** loop steps. Paper (E2): `none` is never worse than `norm`, "
-    "the two are closest at n = T and separate on both sides, with Cliff's δ up to 0.867 beyond the budget."
+    f"the two are closest at n = T and separate on both sides, with Cliff's δ up to {paper.MAX_DELTA_BEYOND} "
+    "beyond the budget."
 )
 
 sources = [e for e in ("e2", "e4") if data.presets(e)]

@@ -3,12 +3,14 @@
 import streamlit as st
 
 from dashboard import ui, views
+from engine import paper
 
 st.title("Norm trajectories")
 st.markdown(
     "Without the boundary norm the state is free to grow from step to step. Paper (E1, released Ouro): after "
-    "removing the norm the state norm stays **within 2.021×** over the steps, yet accuracy falls to 0.000 and the "
-    "head commits to a single token: the failure is disagreement, not explosion."
+    f"removing the norm the state norm stays **within {paper.SURGERY_NORM_RATIO}×** over the steps, yet accuracy "
+    f"falls to {paper.SURGERY_ACCURACY_AT_T:.3f} and the head commits to a single token: the failure is disagreement, "
+    "not explosion."
 )
 table = views.load("e2", "The norms come from the E2 runs.", "loopscope run e2 --preset cpu")
 if table is None:

@@ -4,15 +4,16 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui, views
+from engine import paper
 
 COMMAND = "loopscope ouro --model ByteDance/Ouro-1.4B ..."
-T_OURO = 4
+T_OURO = paper.TRAINED_LOOPS_OURO
 PAPER_MARKS = pd.DataFrame(  # reported in the paper: references, never measurements
     {
         "x": [T_OURO, None],
-        "y": [0.0, charts.CHANCE],
+        "y": [paper.SURGERY_ACCURACY_AT_T, charts.CHANCE],
         "label": [
-            "paper: Ouro-1.4B and Ouro-2.6B without the norm, 0.000 at n = T = 4",
+            f"paper: Ouro-1.4B and Ouro-2.6B without the norm, {paper.SURGERY_ACCURACY_AT_T:.3f} at n = T = {T_OURO}",
             "chance 0.5 (balanced labels)",
         ],
     }
@@ -21,8 +22,9 @@ PAPER_MARKS = pd.DataFrame(  # reported in the paper: references, never measurem
 st.title("Ouro (E1)")
 st.markdown(
     "The released Ouro-1.4B and Ouro-2.6B (trained budget T = 4) on balanced binary prompt tasks, in both "
-    "boundary modes, n = 1..8. Paper: removing the norm takes both models to **0.000** accuracy by n = T, the "
-    "state norm stays **within 2.021×**, and the head commits to one token."
+    "boundary modes, n = 1..8. Paper: removing the norm takes both models to "
+    f"**{paper.SURGERY_ACCURACY_AT_T:.3f}** accuracy by n = T, the state norm stays "
+    f"**within {paper.SURGERY_NORM_RATIO}×**, and the head commits to one token."
 )
 
 preset = ui.pick_preset("e1", key="model")
@@ -49,7 +51,8 @@ if table is None or table.rows is None:
     caption = (
         "Reference marks only (black): the paper's reported accuracy of Ouro-1.4B and Ouro-2.6B with the "
         "boundary norm removed, at n = T = 4, and the chance level 0.5 (labels balanced). The paper also "
-        "reports the state norm within a factor 2.021 over the steps. No seeds, no CI: not a measurement."
+        f"reports the state norm within a factor {paper.SURGERY_NORM_RATIO} over the steps. "
+        "No seeds, no CI: not a measurement."
     )
     ui.figure(chart, PAPER_MARKS, "e1-paper-reference", caption)
     st.stop()

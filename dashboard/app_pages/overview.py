@@ -5,6 +5,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import data, ui
+from engine import paper
 
 PAGES = Path(__file__).resolve().parent
 ACCURACY, NORMS = PAGES / "accuracy.py", PAGES / "norms.py"
@@ -30,9 +31,11 @@ PENDING = [  # each experiment's claim as the paper states it; once its table ex
     {
         "experiment": "e1",
         "title": "E1 · released Ouro weights",
-        "text": "Removing the boundary norm from Ouro-1.4B and Ouro-2.6B (T = 4) takes accuracy to 0.000 by n = T, "
-        "while the state norm stays within a factor 2.021 and the head commits to one token.",
-        "paper": "accuracy 0.000 at n = T = 4 (both models); norm ratio ≤ 2.021×",
+        "text": f"Removing the boundary norm from Ouro-1.4B and Ouro-2.6B (T = {paper.TRAINED_LOOPS_OURO}) takes "
+        f"accuracy to {paper.SURGERY_ACCURACY_AT_T:.3f} by n = T, while the state norm stays within a factor "
+        f"{paper.SURGERY_NORM_RATIO} and the head commits to one token.",
+        "paper": f"accuracy {paper.SURGERY_ACCURACY_AT_T:.3f} at n = T = {paper.TRAINED_LOOPS_OURO} (both models); "
+        f"norm ratio ≤ {paper.SURGERY_NORM_RATIO}×",
         "command": "loopscope ouro --model ByteDance/Ouro-1.4B ...",
         "page": PAGES / "ouro.py",
     },
@@ -68,11 +71,17 @@ st.markdown(
 
 st.header("E2 · norm vs none, from scratch")
 preset = ui.pick_preset("e2")
-if preset == "cpu":
+if preset == "cpu-1layer":
     st.caption(
-        "At the cpu preset the chain task is the ordered single-chain variant (a statement's parent is the one "
-        "before it): shuffled multi-chain retrieval stayed at chance (0.50-0.60 after 2000 steps) at this width. "
-        "The shuffled task runs at the paper preset. The numbers are in dev/LOG.md."
+        "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
+        "training (no held-out split), and a **parity-like control** for the chain (one ordered chain: the answer "
+        "is the root bit XOR the parity of the `not`s). The second design (preset `cpu`) replaces it."
+    )
+elif preset == "cpu":
+    st.caption(
+        "The second CPU study: held-out in-range items, two layers per block. Its chain is the ordered single "
+        "chain, a **parity-like control**: no chain that needs retrieval by name trained at this size within the "
+        "search budget (held-out k = 1..4 at chance, dev/LOG.md). The retrieval chain runs at the paper preset."
     )
 found, problems = data.claims("e2", preset) if preset else ([], [])
 for problem in problems:

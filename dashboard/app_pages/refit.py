@@ -1,9 +1,14 @@
-"""E3: refit the readout of norm-trained models run without the norm; recovery over refit steps."""
+"""E3: refit the readout of norm-trained models run without the norm; recovery over refit steps.
+
+Every number here is engine.experiments.e3's: summarize (the in-range recovery the claims read) or curves
+(other metrics and difficulties), cached in dashboard.data; the page wires widgets to them and draws."""
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui, views
+from engine import paper
+from engine.experiments import e3
 
 st.title("Readout refit (E3)")
 st.markdown(
@@ -23,36 +28,51 @@ if missing:
     st.stop()
 st.caption(ui.scale_note(table))
 
-rows, task, difficulty = views.task_and_difficulty(table.rows)
-metrics = [m for m in ("recovery", "accuracy") if m in set(rows["metric"])]
-left, middle, right = st.columns(3)
+left, right = st.columns(2)
 with left:
-    metric = ui.select("metric", metrics, "metric")
-loops = sorted(int(n) for n in rows["eval_loops"].unique())
-T = int(rows["trained_loops"].max())
-with middle:
+    task = views.pick_task(table.rows)
+    metric = ui.select("metric", [m for m in ("recovery", "accuracy") if m in set(table.rows["metric"])], "metric")
+task_rows = table.rows[table.rows["task"] == task]
+with right:
+    difficulty = views.pick_difficulty(data.e3_levels(task_rows, metric))
+summary, problem = data.e3_curves(table.preset, metric, difficulty)
+if problem:
+    st.error(problem)
+    st.stop()
+summary = summary[summary["task"] == task]
+T = int(task_rows["trained_loops"].max())
+label = views.difficulty_label(task_rows, task, difficulty)
+with left:
+    loops = sorted(int(n) for n in summary["eval_loops"].unique())
     n = ui.select("inference loop count n", loops, "n", default=T, help=f"The trained budget is T = {T}.")
 with right:
     show_seeds = ui.toggle("per-seed lines", "seeds")
 
-picked = rows[rows["eval_loops"] == n]
-per_seed = data.seed_values(picked, metric, difficulty, ["refit_target", "refit_steps"])
-original = per_seed[per_seed["refit_target"] == "original"]  # the model in norm mode: a level, not a curve
-per_seed = per_seed[per_seed["refit_target"] != "original"]
-stats = data.curve_stats(per_seed, ("refit_target", "refit_steps")).rename(columns={"refit_target": "series"})
-per_seed = per_seed.rename(columns={"refit_target": "series"})
+at_n = summary[summary["eval_loops"] == n]
+original = at_n[at_n["refit_target"] == e3.ORIGINAL]  # the model in norm mode: a level, not a curve
+stats = views.e3_series(at_n[at_n["refit_target"] != e3.ORIGINAL])
+per_seed = data.e3_seed_values(table.preset, metric, difficulty)
+per_seed = per_seed[(per_seed["task"] == task) & (per_seed["eval_loops"] == n)]
+per_seed = views.e3_series(per_seed[per_seed["refit_target"] != e3.ORIGINAL])
 references = None
 if metric == "accuracy" and not original.empty:
-    level = float(original["value"].mean())
+    level = float(original["mean"].iloc[0])
     references = pd.DataFrame({"x": [None], "y": [level], "label": [f"original, norm mode: {level:.3f}"]})
 if metric == "recovery":
     references = pd.DataFrame(
         {
             "x": [None, None, None],
-            "y": [1.0, 1 / 3, 0.0],
+            "y": [paper.HEAD_LAST_REFIT_RECOVERY, paper.HEAD_REFIT_RECOVERY, 0.0],
             "label": ["paper: head + last layer, full recovery", "paper: head alone ≈ 1/3", "no recovery"],
         }
     )
+if not stats["mean"].notna().any():  # every seed guarded: say so rather than draw an empty figure
+    st.info(
+        f"No recovery to show at {task}, n = {n}, {label}: for every "
+        f"seed the norm's removal cost less than {paper.MIN_REFIT_GAP} accuracy (nothing to recover). "
+        "The in-range mean or another difficulty or n may have some."
+    )
+    st.stop()
 chart = charts.curves(
     stats,
     "refit_steps",
@@ -64,25 +84,24 @@ chart = charts.curves(
     y_domain=None if metric == "recovery" else (0.0, 1.0),
     legend_title="refit target",
 )
-label = views.difficulty_label(rows, task, difficulty)
-what = f"{task}, n = {n}, {label}. Black rules: the paper's reported levels (references, not measurements). "
-caption = charts.caption(
-    views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE if metric == "accuracy" else None, what
+what = (
+    f"{task}, n = {n}, {label}. Black rules: the paper's reported levels (references, not measurements). "
+    "Recovery is NaN for a seed whose accuracy fell by less than "
+    f"{paper.MIN_REFIT_GAP} without the norm (nothing to recover): such seeds are left out (`n_guarded`). "
 )
-ui.figure(chart, stats, f"e3-{table.preset}-{task}-{metric}-n{n}".replace(" ", "_"), caption)
+seeds = int(stats["n"].min()) if len(stats) else 0  # the fewest seeds any point of a curve has
+caption = charts.caption(seeds, stats["ci_method"], charts.CHANCE if metric == "accuracy" else None, what)
+ui.figure(chart, stats, f"e3-{table.preset}-{task}-{metric}-n{n}-{difficulty}".replace(" ", "_"), caption)
 
 st.subheader("Where each target ends")
-last = stats.sort_values("refit_steps").groupby("series").tail(3)  # the last two doublings of refit steps
-ends = last.groupby("series", sort=False).agg(
-    steps=("refit_steps", "max"),
-    mean=("mean", "last"),
-    ci_low=("ci_low", "last"),
-    ci_high=("ci_high", "last"),
-    last_moves=("mean", lambda m: float(m.diff().abs().max())),
-)
-ends["plateau"] = ends["last_moves"] < 0.02
-st.dataframe(ends.reset_index().rename(columns={"series": "refit target"}), hide_index=True)
+ends = e3.final(at_n[at_n["refit_target"] != e3.ORIGINAL])
+columns = ["refit_target", "refit_steps", "mean", "ci_low", "ci_high", "n", "n_guarded", "plateau"]
+columns += [c for c in ("pooled", "same_as") if c in ends]
+st.dataframe(ends[columns], hide_index=True, column_config=views.E3_COLUMNS)
+source = "e3.summarize (the table the claims read)" if "pooled" in ends else "e3.curves"
 st.caption(
-    f"{views.METRIC_TITLES[metric]} at the last refit step ({task}, n = {n}, {label}); `last_moves`: the largest "
-    "change of the seed mean over the last two doublings of steps; plateau: every such change < 0.02."
+    f"{views.METRIC_TITLES[metric]} at the last refit step ({task}, n = {n}, {label}), from engine.experiments."
+    f"{source}: mean over seeds with its 95% bootstrap CI; plateau: each of the last {paper.PLATEAU_WINDOW} "
+    f"doublings of steps moves the mean by < {paper.PLATEAU_TOL} (e3.plateaued)."
+    + (" pooled: the recovery of the seed-mean accuracies." if "pooled" in ends else "")
 )

@@ -1,5 +1,5 @@
 """Run: train seeds, run an experiment, or evaluate a run at more loop counts, in a background worker
-(engine.jobs). Progress is read from the job files, so it survives reruns, closed tabs and other sessions;
+(engine.runtime.jobs). Progress is read from the job files, so it survives reruns, closed tabs and other sessions;
 finished results land in the results folder, where every page's cache sees them change."""
 
 import math
@@ -8,9 +8,9 @@ from dataclasses import replace
 import streamlit as st
 
 from dashboard import data
-from engine import jobs
 from engine.cli import UsageError, parse_seeds
-from engine.presets import PRESETS, preset
+from engine.core.presets import PRESETS, preset
+from engine.runtime import jobs
 
 KINDS = {"train": "train seeds", "e2": "E2", "e3": "E3", "e4": "E4", "evaluate": "evaluate a run"}
 STATE_ICONS = {
@@ -49,12 +49,12 @@ def train_spec() -> jobs.Spec | None:
     cfg = preset(name, task, boundary, left.selectbox("arch", ["looped", "stacked"], key="run_arch"))
     steps = mid.number_input("steps", 1, cap["max_steps"], min(cfg.train.steps, cap["max_steps"]), key="run_steps")
     loops = right.number_input(
-        "evaluate at n = 1..", 1, cap["max_loops"], min(cfg.eval_loops, cap["max_loops"]), key="run_loops"
+        "evaluate at n = 1..", 1, cap["max_loops"], min(cfg.max_eval_loops, cap["max_loops"]), key="run_loops"
     )
     seeds = seeds_input()
     if seeds is None:
         return None
-    cfg = replace(cfg, train=replace(cfg.train, steps=int(steps)), eval_loops=int(loops))
+    cfg = replace(cfg, train=replace(cfg.train, steps=int(steps)), max_eval_loops=int(loops))
     return jobs.TrainSpec(cfg, tuple(seeds))
 
 
@@ -63,9 +63,9 @@ def experiment_spec(experiment: str) -> jobs.Spec | None:
     name = left.selectbox("preset", list(PRESETS), key="run_preset")
     tasks = right.pills("tasks", ["parity", "chain"], selection_mode="multi", default=["parity"], key="run_tasks")
     cfg = preset(name)
-    st.caption(f"The {name} preset: {cfg.train.steps} steps per training, evaluated at n = 1..{cfg.eval_loops}.")
+    st.caption(f"The {name} preset: {cfg.train.steps} steps per training, evaluated at n = 1..{cfg.max_eval_loops}.")
     seeds = seeds_input()
-    if cfg.train.steps > cap["max_steps"] or cfg.eval_loops > cap["max_loops"]:
+    if cfg.train.steps > cap["max_steps"] or cfg.max_eval_loops > cap["max_loops"]:
         st.error(f"The {name} preset is over this deployment's caps (LOOPSCOPE_MAX_STEPS, LOOPSCOPE_MAX_LOOPS).")
         return None
     if not tasks:

@@ -6,7 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import charts, data, ui, views
-from engine import jobs
+from engine.runtime import jobs
 
 st.title("Cached runs")
 table, problems = data.runs()

@@ -1,43 +1,48 @@
-"""E4: a looped model against a stacked one of equal trained depth, at equal n or at matched overshoot."""
+"""E4: a looped model against a stacked one of equal trained depth, at equal n or at matched overshoot.
+
+Every number here is engine.experiments.e4's: curves (each architecture per mode and x) and compare (looped
+vs stacked: gap, Cliff's delta, p), with E4's modes and overshoot, cached in dashboard.data."""
 
 import streamlit as st
 
 from dashboard import charts, data, ui, views
+from engine import paper
+from engine.core.model import BOUNDARIES
+from engine.experiments import e4
 
 st.title("Looped vs stacked (E4)")
 st.markdown(
     "A looped model (L layers, budget T, tied) against a stacked one of equal trained depth (L·T untied layers, "
     "T = 1). Compare at equal inference loop count n, or at matched overshoot: the ratio n / T or the difference "
     "n − T, with T each row's own trained loop count. Paper: at matched overshoot the advantage of looping "
-    "vanishes on one task and shrinks on the other."
+    "vanishes on one task and shrinks on the other. With T = 1 training with and without the norm is the same "
+    "computation, so one stacked model serves both modes: trained with `norm`, run as `norm->none` for `none`."
 )
 table = views.load("e4", "E4 trains looped and stacked models of equal depth.", "loopscope run e4 --preset cpu")
 if table is None:
     st.stop()
 st.caption(ui.scale_note(table))
 
-rows, task, difficulty = views.task_and_difficulty(table.rows)
-rows = rows.assign(
-    overshoot_ratio=rows["eval_loops"] / rows["trained_loops"],
-    overshoot_diff=rows["eval_loops"] - rows["trained_loops"],
-)
-modes_present = [m for m in charts.SERIES_ORDER if m in set(rows["boundary"])]
+# all difficulties pooled by default: the view the engine's summary and claims read
+rows, task, difficulty = views.task_and_difficulty(table.rows, default="all difficulties mean")
 left, middle, right = st.columns([2, 2, 2])
 with left:
-    axis = ui.one_of("x axis", list(charts.X_AXES), "x", help="n; overshoot ratio n/T; overshoot difference n−T")
+    axis = ui.one_of("x axis", list(e4.AXES), "axis", help="; ".join(f"{k}: {v}" for k, v in e4.AXES.items()))
 with middle:
-    modes = views.modes_picker(rows, default=modes_present[:1])
+    mode = ui.one_of("mode", list(BOUNDARIES), "mode", help="none: the stacked model is its norm model run as none.")
     metric = ui.select("metric", ["accuracy", "choice_accuracy"], "metric")
 with right:
     show_seeds = ui.toggle("per-seed lines", "seeds")
-x, x_title = charts.X_AXES[axis]
-picked = rows[rows["boundary"].isin(modes)]
-if picked.empty:
-    st.info("Nothing to draw: select at least one mode.")
+curves, gaps, problem = data.e4_summaries(table.preset, task, difficulty, axis, metric)
+if problem:
+    st.error(problem)
     st.stop()
 
-stats, per_seed = views.curves_of(picked, metric, difficulty, x=x)
-budgets = views.budgets_of(picked) if axis == "n" else charts.budget_rules(1.0 if axis == "n/T" else 0, "n = T")
+x, x_title = charts.X_AXES[axis]
+stats = views.e4_series(curves[curves["mode"] == mode], axis)
+per_seed = data.e4_seed_values(table.preset, task, difficulty, axis, metric)
+per_seed = views.e4_series(per_seed[per_seed["mode"] == mode], axis)
+budgets = views.e4_budgets(rows, axis, mode)
 chart = charts.curves(
     stats,
     x,
@@ -48,26 +53,33 @@ chart = charts.curves(
     chance=charts.CHANCE,
     legend_title="model, mode",
 )
-name = f"e4-{table.preset}-{task}-{metric}-{axis.replace('/', 'over')}-{difficulty}".replace(" ", "_")
+name = f"e4-{table.preset}-{task}-{metric}-{axis}-{mode}-{difficulty}".replace(" ", "_")
 label = views.difficulty_label(rows, task, difficulty)
-what = f"{task}, {label}. Stacked models dashed; vertical dashed rule(s): the trained budget n = T. "
-caption = charts.caption(views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE, what)
+what = f"{task}, {label}, mode {mode} (engine.experiments.e4.curves). Stacked dashed; dashed rule(s): n = T. "
+caption = charts.caption(int(stats["n"].min()) if len(stats) else 0, stats["ci_method"], charts.CHANCE, what)
 ui.figure(chart, stats, name, caption)
 
-st.subheader("Looped against stacked at matched x")
-mode = modes[0]
-pair = per_seed[per_seed["boundary"] == mode]
-matched = pair.groupby(x)["arch"].nunique()
-pair = pair[pair[x].isin(matched[matched == 2].index)]
+st.subheader(f"Looped against stacked at matched {e4.AXES[axis]}")
+pair = gaps[gaps["mode"] == mode].rename(columns={"x": x})
 if pair.empty:
-    st.info(f"No {x_title.split(' (')[0]} value has both a looped and a stacked model.")
+    st.info(f"No value of the {e4.AXES[axis]} has both a looped and a stacked model.")
     st.stop()
-summary = data.mode_comparison_by(pair, (x,), "arch", "stacked", "looped")
-chart = charts.delta_chart(
-    summary, x, x_title, budgets if axis != "n" else None, y_title="Cliff's δ, looped vs stacked"
-)
+chart = charts.delta_chart(pair, x, x_title, budgets if axis != "n" else None, y_title="Cliff's δ, looped vs stacked")
 caption = (
-    f"Mode `{mode}`. Cliff's δ = P(looped > stacked) − P(looped < stacked) over seeds, where both exist at the "
-    "same x; bars: 95% bootstrap CI over seeds (BCa, percentile fallback); shading: |δ| magnitude bands."
+    f"Mode `{mode}`, engine.experiments.e4.compare. Cliff's δ = P(looped > stacked) − P(looped < stacked) over "
+    "seeds, where both exist at the same x; bars: 95% bootstrap CI over seeds (BCa, percentile fallback); "
+    "shading: |δ| magnitude bands ("
+    + ", ".join(f"< {cut} {name}" for cut, name in paper.DELTA_MAGNITUDES)
+    + ", else large)."
 )
-ui.figure(chart, summary, f"{name}-delta", caption)
+ui.figure(chart, pair, f"{name}-delta", caption)
+columns = [x, "mean_a", "mean_b", "gap", "delta", "delta_ci_low", "delta_ci_high", "magnitude", "p_value"]
+st.dataframe(
+    pair[[*columns, "n_a", "n_b"]],
+    hide_index=True,
+    column_config={x: axis} | views.E4_COLUMNS,
+)
+st.caption(
+    "The gap is the looped mean minus the stacked mean at the same x; positive: looping is better. "
+    f"p: two-sided Mann–Whitney U (significance level {paper.ALPHA})."
+)

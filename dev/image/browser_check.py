@@ -54,9 +54,9 @@ def main() -> int:
     parser.add_argument("url")
     parser.add_argument("--shots", type=Path, help="keep screenshots here (default: none kept)")
     parser.add_argument("--alive", help="shell command that fails once the container has exited")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    opts = parser.parse_args()
-    command = opts.command[1:] if opts.command[:1] == ["--"] else opts.command
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     url = opts.url.rstrip("/")
 
     def alive() -> None:

@@ -1,0 +1,172 @@
+"""Run configurations and the presets `smoke`, `cpu` and `paper`, each a plain function.
+
+A run is (RunConfig, seed). The config is frozen, so it is its own cache key: `run_key` hashes
+the config together with the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+
+from engine.core.model import BOUNDARIES, ModelConfig
+from engine.core.tasks import TASK_NAMES, VOCAB_SIZE, TaskConfig
+
+ARCHS = ("looped", "stacked")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decays to this fraction of lr
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    loss_over_steps: bool = False  # False: loss at the final loop step only
+    group_size: int = 16  # seeds trained as one batch: seed s always trains with seeds G*(s//G) .. G*(s//G)+G-1
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "warmup_steps", "group_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
+        if self.batch_size % 2:
+            raise ValueError(f"train.batch_size must be even (labels are exactly balanced), got {self.batch_size}.")
+        if self.lr <= 0 or self.grad_clip <= 0:
+            raise ValueError("train.lr and train.grad_clip must be positive.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig
+    task: TaskConfig
+    train: TrainConfig
+    max_eval_loops: int  # evaluate n = 1..max_eval_loops after training (3T by default)
+
+    def __post_init__(self):
+        if self.max_eval_loops < 1:
+            raise ValueError(f"max_eval_loops must be at least 1, got {self.max_eval_loops}.")
+
+    def group(self, seed: int) -> list[int]:
+        """The seeds seed `seed` trains with. Batched kernels round differently for different group sizes,
+        so a seed's weights depend on its group; fixing the group by the config makes them depend on the
+        run key alone, however a run was asked for, interrupted or repaired."""
+        G = self.train.group_size
+        return list(range(seed // G * G, seed // G * G + G))
+
+    def groups(self, seeds) -> list[list[int]]:
+        """The groups that hold `seeds`, in order."""
+        return [list(g) for g in sorted({tuple(self.group(s)) for s in seeds})]
+
+    def run_key(self, seed: int) -> str:
+        blob = json.dumps({"config": asdict(self), "seed": seed}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunConfig:
+        task = dict(d["task"])
+        for k in ("train_difficulties", "eval_difficulties"):
+            task[k] = tuple(task[k])
+        loops = d.get("max_eval_loops", d.get("eval_loops"))  # runs before 2026-12-03 say eval_loops
+        return cls(ModelConfig(**d["model"]), TaskConfig(**task), TrainConfig(**d["train"]), loops)
+
+
+def default_task(name: str, hardest_train: int, beyond: int, **knobs) -> TaskConfig:
+    """Train on difficulties 1..hardest_train, evaluate on 1..hardest_train+beyond."""
+    return TaskConfig(name, tuple(range(1, hardest_train + 1)), tuple(range(1, hardest_train + beyond + 1)), **knobs)
+
+
+def _make(task: TaskConfig, model: ModelConfig, train: TrainConfig, boundary: str, arch: str) -> RunConfig:
+    if task.name not in TASK_NAMES:
+        raise ValueError(f"unknown task {task.name!r}; choose one of {', '.join(TASK_NAMES)}.")
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"unknown boundary {boundary!r}; choose one of {', '.join(BOUNDARIES)}.")
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}.")
+    T = model.trained_loops
+    model = replace(model, boundary=boundary)
+    if arch == "stacked":  # equal trained depth: L*T distinct layers, run once
+        model = replace(model, layers_per_block=model.layers_per_block * T, trained_loops=1, tied=False)
+    return RunConfig(model, task, train, max_eval_loops=3 * T)
+
+
+def smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """Seconds on a laptop core: for tests and for trying the commands."""
+    t = (
+        default_task("parity", 4, 2, eval_examples=128)
+        if task == "parity"
+        else default_task("chain", 2, 1, chains=1, variables=8, order="ordered", eval_examples=128)
+    )
+    model = ModelConfig(VOCAB_SIZE, d_model=32, n_heads=2, d_ff=96, layers_per_block=1, trained_loops=3)
+    train = TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup_steps=20, group_size=2)
+    return _make(t, model, train, boundary, arch)
+
+
+def cpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """The second CPU study (SPEC §7): held-out in-range items, two layers per block, T = 4, 16-seed groups.
+
+    Parity trains on lengths 7-12 (the upper half holds out 512-2,048 items each) and is evaluated to 16. The
+    chain is the ordered single chain, a parity-like control: no interleaved chain that needs retrieval by
+    name trained at this size within the search budget (dev/LOG.md, 2026-12-03). Recipe: dev/recipe_probe.py,
+    chosen only on norm-trained held-out accuracy at n = T."""
+    t = (
+        TaskConfig("parity", tuple(range(7, 13)), tuple(range(7, 17)), holdout=0.5, eval_examples=512)
+        if task == "parity"
+        else TaskConfig(
+            "chain", (1, 2, 3, 4), tuple(range(1, 9)), chains=1, variables=12, order="ordered", holdout=0.5,
+            eval_examples=512,
+        )
+    )  # fmt: skip
+    model = ModelConfig(VOCAB_SIZE, d_model=64, n_heads=4, d_ff=176, layers_per_block=2, trained_loops=4)
+    return _make(t, model, TrainConfig(steps=2000, batch_size=64, lr=1e-3), boundary, arch)
+
+
+def cpu_1layer(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """The first CPU study (2026-12-02), kept as a labelled earlier design: one layer per block, no held-out
+    split (its in-range items are mostly seen in training), the ordered chain (a parity-like control)."""
+    t = (
+        default_task("parity", 8, 4, eval_examples=512)
+        if task == "parity"
+        else default_task("chain", 4, 4, chains=1, variables=12, order="ordered", eval_examples=512)
+    )
+    model = ModelConfig(VOCAB_SIZE, d_model=64, n_heads=4, d_ff=176, layers_per_block=1, trained_loops=4)
+    return _make(t, model, TrainConfig(steps=2000, batch_size=64, lr=1e-3), boundary, arch)
+
+
+def paper(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """About 19M parameters (6 sandwich layers of width 512 looped 4 times): a GPU preset."""
+    t = (
+        default_task("parity", 16, 8, eval_examples=1024, holdout=0.5)
+        if task == "parity"
+        else default_task("chain", 6, 3, chains=3, variables=32, order="layered", holdout=0.5, eval_examples=1024)
+    )
+    model = ModelConfig(VOCAB_SIZE, d_model=512, n_heads=8, d_ff=1376, layers_per_block=6, trained_loops=4)
+    train = TrainConfig(steps=20_000, batch_size=256, lr=5e-4, warmup_steps=1000)
+    return _make(t, model, train, boundary, arch)
+
+
+PRESETS = {"smoke": smoke, "cpu": cpu, "cpu-1layer": cpu_1layer, "paper": paper}
+
+
+def preset(name: str, task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    return PRESETS[name](task, boundary, arch)
+
+
+def train_ranges(preset_name: str, tasks) -> dict[str, tuple[int, ...]]:
+    """Training difficulties per task of a preset; tasks (or a preset) it does not know are left out."""
+    if preset_name not in PRESETS:
+        return {}
+    out = {}
+    for task in tasks:
+        try:
+            out[task] = tuple(preset(preset_name, task).task.train_difficulties)
+        except ValueError:
+            continue
+    return out

@@ -1,0 +1,217 @@
+"""Training at the trained loop count, many seeds at once.
+
+A group of seeds trains as one ensemble (engine.core.model's leading member dimension): one batched
+forward and backward, one AdamW over stacked weights. Every piece that could couple seeds is kept
+per member: initial weights (own generator), data (own generator), loss (summed, so each member's
+gradient is its own), gradient clipping (per-member norm). AdamW is elementwise, so a member's
+update does not see its neighbours either. In floating point one thing does reach a member: the
+group's size (batched kernels block, and so round, differently for some sizes), which training
+amplifies. A seed's result is bit-reproducible for a given group size, whichever seeds share the
+group and however many threads run it (dev/LOG.md, 2026-12-03), not across group sizes: so the config
+fixes each seed's group (RunConfig.group). Training batches never hold a held-out example (tasks.train_batch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save as save_safetensors
+from tqdm.auto import tqdm
+
+from engine.core import tasks
+from engine.core.model import LoopedLM, build
+from engine.core.presets import RunConfig
+from engine.core.store import atomic_write
+
+
+@dataclass
+class TrainResult:
+    model: LoopedLM  # the trained ensemble, one member per seed, on the CPU
+    losses: torch.Tensor  # (steps, S) training loss of each member at each step
+    wall_s: float
+    device: str
+    resumed_from: int = 0  # the step a checkpoint had reached (0: trained from scratch)
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but no CUDA device is visible; use --device cpu.")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}.")
+    return device
+
+
+def warmup_cosine(warmup: int, steps: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear warmup, then cosine decay to min_ratio of the peak (a LambdaLR factor)."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def lr_lambda(cfg: RunConfig) -> Callable[[int], float]:
+    return warmup_cosine(cfg.train.warmup_steps, cfg.train.steps, cfg.train.min_lr_ratio)
+
+
+def adamw(decay: list, no_decay: list, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW as every loop here uses it: weight decay on matrices only, betas (0.9, 0.95)."""
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.95), foreach=True)
+
+
+def optimizer_step(loss: torch.Tensor, opt, sched, params: list, grad_clip: float, per_member: bool = True) -> None:
+    """The one training step of training, refits and the E1 demonstration: backward of a scalar loss, gradient
+    clipping (per ensemble member, or over the whole model), the optimizer, the schedule."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if per_member:
+        clip_per_member(params, grad_clip)
+    else:
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    opt.step()
+    sched.step()
+
+
+def member_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of each member over its supervised positions (and readout steps).
+
+    logits (k, S, B, T, V), targets (S, B, T) -> (S,)
+    """
+    k, S = logits.shape[:2]
+    tgt = targets.expand(k, *targets.shape)
+    ce = F.cross_entropy(logits.float().flatten(0, -2), tgt.flatten(), ignore_index=tasks.IGNORE, reduction="none")
+    ce = ce.view(k, S, -1).transpose(0, 1).flatten(1)  # (S, k*B*T)
+    counts = (tgt != tasks.IGNORE).transpose(0, 1).flatten(1).sum(1)
+    return ce.sum(1) / counts
+
+
+def clip_per_member(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """clip_grad_norm_ applied to each member separately; returns the (S,) pre-clip norms."""
+    sq = torch.stack([p.grad.float().pow(2).flatten(1).sum(1) for p in params]).sum(0)
+    norms = sq.sqrt()
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for p in params:
+        p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)).to(p.grad.dtype))
+    return norms
+
+
+# ---------------------------------------------------------------- checkpoints: resume after a crash
+
+
+def save_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], done: int, model, opt, sched, generators, losses):
+    """Everything the next step depends on, in one safetensors file written atomically: weights, AdamW
+    moments, every seed's data generator and the losses so far as tensors; the step, the optimizer's
+    hyperparameters and the scheduler's counters as JSON in the header. No pickle."""
+    opt_state = opt.state_dict()
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors |= {f"opt.{i}.{name}": v for i, s in opt_state["state"].items() for name, v in s.items()}
+    tensors |= {f"generator.{i}": g.get_state() for i, g in enumerate(generators)}
+    tensors["losses"] = losses[:done]
+    meta = {
+        "step": done,
+        "config": cfg.to_dict(),
+        "seeds": list(seeds),
+        "param_groups": opt_state["param_groups"],
+        "scheduler": sched.state_dict(),
+    }
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, save_safetensors(tensors, metadata={"loopscope": json.dumps(meta)}))
+
+
+def load_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], model, opt, sched, generators, losses) -> int:
+    """Restore a checkpoint of this very config and seed group in place; return its step (0 if none fits)."""
+    if not path.is_file():
+        return 0
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["loopscope"])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # unreadable: train from scratch rather than fail
+        print(f"loopscope: checkpoint {path} is unreadable ({type(e).__name__}); starting at step 0.", file=sys.stderr)
+        return 0
+    if meta["config"] != json.loads(json.dumps(cfg.to_dict())) or meta["seeds"] != list(seeds):
+        return 0  # another run's checkpoint (a hash collision or a hand-copied file): not ours to resume
+    model.load_state_dict({k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")})
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, i, name = k.split(".", 2)
+            state.setdefault(int(i), {})[name] = v
+    groups = [dict(g, betas=tuple(g["betas"])) for g in meta["param_groups"]]
+    opt.load_state_dict({"state": state, "param_groups": groups})
+    sched.load_state_dict(meta["scheduler"])
+    for i, g in enumerate(generators):
+        g.set_state(tensors[f"generator.{i}"])
+    done = meta["step"]
+    losses[:done] = tensors["losses"]
+    return done
+
+
+def train_group(
+    cfg: RunConfig,
+    seeds: list[int],
+    device: str = "cpu",
+    progress: bool = True,
+    checkpoint_path: Path | None = None,
+    checkpoint_every: int = 0,
+    on_step: Callable[[int, int, float], None] | None = None,
+    compile: bool | None = None,
+) -> TrainResult:
+    """Train one group of seeds. With checkpoint_path, resume from it if it holds this run, and save it
+    every checkpoint_every steps; on_step(steps done, total steps, mean loss) is called after each step.
+    compile (default: $LOOPSCOPE_COMPILE=1) runs the forward through torch.compile (dynamic shapes, one
+    compilation for every sequence length): worth it on a GPU, not on 2 CPU cores (README, performance)."""
+    device = resolve_device(device)
+    t0 = time.perf_counter()
+    model = build(cfg.model, seeds).to(device)
+    compile = os.environ.get("LOOPSCOPE_COMPILE") == "1" if compile is None else compile
+    forward = torch.compile(model, dynamic=True) if compile else model
+    decay = [p for p in model.parameters() if p.dim() == 3]  # matrices and embeddings
+    no_decay = [p for p in model.parameters() if p.dim() != 3]  # RMSNorm gains
+    t = cfg.train
+    opt = adamw(decay, no_decay, t.lr, t.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    generators = [tasks.train_generator(s) for s in seeds]
+    schedule = tasks.difficulty_schedule(cfg.task, t.steps)
+    params = list(model.parameters())
+    losses = torch.empty(t.steps, len(seeds))
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
+    start = 0
+    if checkpoint_path is not None:
+        start = load_checkpoint(Path(checkpoint_path), cfg, seeds, model, opt, sched, generators, losses)
+
+    bar = tqdm(range(start, t.steps), desc=f"train {cfg.task.name} x{len(seeds)} seeds", disable=not progress)
+    for step in bar:
+        batches = [tasks.train_batch(cfg.task, schedule[step], t.batch_size, g) for g in generators]
+        tokens = torch.stack([b.tokens for b in batches]).to(device, non_blocking=True)
+        targets = torch.stack([b.targets for b in batches]).to(device, non_blocking=True)
+        with autocast:
+            out = forward(tokens, all_positions=True, readout_steps="all" if t.loss_over_steps else "last")
+        loss = member_losses(out.logits, targets)
+        optimizer_step(loss.sum(), opt, sched, params, t.grad_clip)  # each member's gradient is its own loss's
+        losses[step] = loss.detach().float().cpu()
+        if step % 50 == 0 or step == t.steps - 1:
+            bar.set_postfix(loss=f"{losses[step].mean():.4f}")
+        done = step + 1
+        if checkpoint_path is not None and checkpoint_every > 0 and done % checkpoint_every == 0 and done < t.steps:
+            save_checkpoint(Path(checkpoint_path), cfg, seeds, done, model, opt, sched, generators, losses)
+        if on_step is not None:
+            on_step(done, t.steps, float(losses[step].mean()))
+    return TrainResult(model.cpu(), losses, time.perf_counter() - t0, device, start)

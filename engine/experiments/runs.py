@@ -1,0 +1,281 @@
+"""Runs as cached units: train what is missing, evaluate, store; never recompute what is cached."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from engine.core.evaluate import evaluate
+from engine.core.model import LoopedLM
+from engine.core.presets import RunConfig
+from engine.core.store import RESULT_COLUMNS, ROW_COLUMNS, ROW_KEY, Store, atomic_write, parquet_bytes, provenance
+from engine.core.train import train_group
+
+
+def boundary_label(trained: str, evaluated: str) -> str:
+    """`norm`, `none`, or `norm->none` for the surgery, so no reader can mix them."""
+    return trained if trained == evaluated else f"{trained}->{evaluated}"
+
+
+def label_rows(
+    raw: pd.DataFrame, cfg: RunConfig, seeds: list[int], experiment: str, eval_boundary: str
+) -> pd.DataFrame:
+    """Turn evaluate()'s member-indexed rows into ROW_COLUMNS rows."""
+    seed_of = pd.Series(seeds)
+    rows = raw.assign(
+        experiment=experiment,
+        seed=seed_of[raw["member"]].to_numpy(),
+        run_key=[cfg.run_key(s) for s in seed_of[raw["member"]]],
+        task=cfg.task.name,
+        arch=cfg.model.arch,
+        boundary=boundary_label(cfg.model.boundary, eval_boundary),
+        trained_loops=cfg.model.trained_loops,
+    )
+    return rows[ROW_COLUMNS]
+
+
+@dataclass(frozen=True)
+class Live:
+    """How a background job (engine.runtime.jobs) watches and protects the trainings an experiment starts."""
+
+    checkpoint_every: int = 0  # steps between checkpoints under <results>/jobs/ckpt/ (0: none)
+    report: Callable[[str, int, int, float], None] | None = None  # (what, steps done, total, mean loss)
+
+
+_LIVE: contextvars.ContextVar[Live | None] = contextvars.ContextVar("loopscope_live", default=None)
+
+
+@contextmanager
+def live(settings: Live) -> Iterator[None]:
+    """Checkpoint and report every training that ensure_runs starts inside this block (e2.run, e4.run...)."""
+    token = _LIVE.set(settings)
+    try:
+        yield
+    finally:
+        _LIVE.reset(token)
+
+
+def group_id(cfg: RunConfig, group: list[int]) -> str:
+    """A name for one training group: its checkpoint and its lock are called this."""
+    return hashlib.sha256(" ".join(cfg.run_key(s) for s in group).encode()).hexdigest()[:16]
+
+
+def checkpoint_path(store: Store, cfg: RunConfig, group: list[int]) -> Path:
+    """Where a group's training checkpoint lives until the group's runs are stored."""
+    return store.root / "jobs" / "ckpt" / f"{group_id(cfg, group)}.safetensors"
+
+
+def missing_seeds(cfg: RunConfig, seeds: Iterable[int], store: Store, report: bool = True) -> list[int]:
+    """The seeds without a valid cached run (`report`: say which damaged ones are redone)."""
+    todo = []
+    for seed in seeds:
+        status = store.status(cfg.run_key(seed))
+        if status == "ok":
+            continue
+        if status != "missing" and report:
+            print(f"loopscope: {status}; redoing it.", file=sys.stderr)
+        todo.append(seed)
+    return todo
+
+
+def train_and_evaluate(
+    cfg: RunConfig,
+    group: list[int],
+    experiment: str,
+    device: str = "cpu",
+    progress: bool = True,
+    checkpoint: Path | None = None,
+    checkpoint_every: int = 0,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> list[tuple[str, dict, dict[str, torch.Tensor], pd.DataFrame]]:
+    """Train one group of seeds and evaluate it: (run key, manifest, weights, rows) per seed, not yet stored
+    (a Ray task returns these to the driver, which owns the store)."""
+    if group != cfg.group(group[0]):
+        raise ValueError(f"seeds {group} are not a training group of this config (see RunConfig.group).")
+    result = train_group(cfg, group, device, progress, checkpoint, checkpoint_every, on_step)
+    raw = evaluate(result.model, cfg.task, cfg.max_eval_loops, cfg.model.boundary, progress=progress)
+    rows = label_rows(raw, cfg, group, experiment, cfg.model.boundary)
+    prov = provenance(result.device)
+    out = []
+    for i, seed in enumerate(group):
+        key = cfg.run_key(seed)
+        losses = result.losses[:, i]
+        manifest = {
+            "seed": seed,
+            "experiment": experiment,
+            "config": cfg.to_dict(),
+            **prov,
+            "wall_time_s": round(result.wall_s, 2),
+            "group": group,
+            "steps": cfg.train.steps,
+            "final_loss": float(losses[-1]),
+            "loss_curve": [round(float(v), 5) for v in losses[:: max(1, len(losses) // 100)]],
+            **({"resumed_from_step": result.resumed_from} if result.resumed_from else {}),
+        }
+        out.append((key, manifest, result.model.member_state(i), rows[rows["run_key"] == key]))
+    return out
+
+
+def store_group(store: Store, cfg: RunConfig, results) -> int:
+    """Store the members of a trained group that are not stored yet (the others equal them: a run depends
+    on its key alone); return how many. The caller holds the group's lock."""
+    todo = set(missing_seeds(cfg, [m["seed"] for _, m, _, _ in results], store, report=False))
+    for key, manifest, state, rows in results:
+        if manifest["seed"] in todo:
+            store.save_run(key, manifest, state, rows)
+    return len(todo)
+
+
+def train_and_store(
+    cfg: RunConfig,
+    group: list[int],
+    store: Store,
+    experiment: str,
+    device: str = "cpu",
+    progress: bool = True,
+    wanted: Iterable[int] | None = None,
+) -> bool:
+    """Train a group and store what is missing, unless `wanted` is stored already (another process may be
+    training it: then wait for it). Inside `with live(...)` the group is checkpointed under
+    <root>/jobs/ckpt/ and resumes from there. Returns whether it trained."""
+    wanted = list(group if wanted is None else wanted)
+    if not missing_seeds(cfg, wanted, store, report=False):
+        return False
+    what = f"train {cfg.task.name} {cfg.model.arch} {cfg.model.boundary}, seeds {group[0]}-{group[-1]}"
+    with store.lock(group_id(cfg, group), f"running '{what}'"):
+        if not missing_seeds(cfg, wanted, store):  # stored by another process while we waited
+            return False
+        settings = _LIVE.get() or Live()
+        checkpoint = checkpoint_path(store, cfg, group) if settings.checkpoint_every > 0 else None
+        on_step = None
+        if settings.report is not None:
+            on_step = lambda done, total, loss: settings.report(what, done, total, loss)  # noqa: E731
+        results = train_and_evaluate(cfg, group, experiment, device, progress, checkpoint, settings.checkpoint_every,
+                                     on_step)  # fmt: skip
+        store_group(store, cfg, results)
+        if checkpoint is not None:
+            checkpoint.unlink(missing_ok=True)  # the runs are stored: the checkpoint has done its job
+    return True
+
+
+def ensure_runs(
+    cfg: RunConfig,
+    seeds: Iterable[int],
+    store: Store,
+    experiment: str = "train",
+    device: str = "cpu",
+    progress: bool = True,
+) -> list[str]:
+    """Train and evaluate every seed without a valid cached run, always in its whole group (RunConfig.group);
+    return the seeds' run keys."""
+    seeds = list(seeds)
+    for group in cfg.groups(seeds):
+        train_and_store(cfg, group, store, experiment, device, progress, wanted=[s for s in group if s in seeds])
+    return [cfg.run_key(s) for s in seeds]
+
+
+def load_models(store: Store, keys: list[str]) -> tuple[LoopedLM, RunConfig, list[int]]:
+    """Load runs that share one config into one ensemble (one member per run)."""
+    manifests = [store.manifest(k) for k in keys]
+    cfgs = {RunConfig.from_dict(m["config"]) for m in manifests}
+    if len(cfgs) != 1:
+        raise ValueError("runs loaded together must share one config; evaluate them separately.")
+    cfg = cfgs.pop()
+    model = LoopedLM(cfg.model, members=len(keys))
+    for i, key in enumerate(keys):
+        model.load_member(i, store.load_weights(key))
+    return model, cfg, [m["seed"] for m in manifests]
+
+
+def extend_eval(
+    store: Store,
+    keys: list[str],
+    loops: list[int],
+    boundary: str | None = None,
+    experiment: str = "train",
+    device: str = "cpu",
+    progress: bool = True,
+    needed: Callable[[pd.DataFrame], bool] | None = None,
+) -> pd.DataFrame:
+    """Evaluate cached runs at more loop counts (or in the other boundary mode) from their weights, one run
+    at a time under its lock. With `needed`, a run whose stored rows do not need it is skipped."""
+    out = []
+    for key in keys:
+        with store.lock(f"run-{key}", f"changing run {key}"):
+            if needed is not None and not needed(store.load_rows(key)):
+                continue
+            model, cfg, seeds = load_models(store, [key])
+            mode = boundary or cfg.model.boundary
+            raw = evaluate(model.to(device), cfg.task, max(loops), mode, loops=loops, progress=progress)
+            rows = label_rows(raw, cfg, seeds, experiment, mode)
+            store.add_rows(key, rows)
+            out.append(rows)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=ROW_COLUMNS)
+
+
+def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
+    """Add a run's new rows to every experiment table that holds the run, so the figures show them."""
+    written = []
+    for path in sorted(store.root.glob("e*-*.parquet")):
+        try:
+            table = pd.read_parquet(path)
+        except Exception:  # a damaged table is the dashboard's to report and a rerun's to rewrite
+            continue
+        if list(table.columns)[: len(RESULT_COLUMNS)] != RESULT_COLUMNS or "refit_target" in table:
+            continue  # another kind of table (E3's refits, E1's probes)
+        if not table["run_key"].isin(rows["run_key"]).any():
+            continue  # a table without these runs
+        new = rows.assign(experiment=table["experiment"].iloc[0])
+        merged = pd.concat([table, new], ignore_index=True).drop_duplicates(ROW_KEY, keep="last")
+        atomic_write(path, parquet_bytes(merged.reset_index(drop=True)))
+        written.append(path.name)
+    return written
+
+
+# ---------------------------------------------------------------- named experiments
+
+
+def ensure_surgery(store: Store, keys: list[str], loops: int, experiment: str, device: str, progress: bool) -> None:
+    """Evaluate norm-trained runs in none mode (`norm->none` rows) where that is not cached yet."""
+
+    def needed(rows: pd.DataFrame) -> bool:
+        have = rows.loc[rows["boundary"] == "norm->none", "eval_loops"]
+        return have.empty or have.max() < loops
+
+    extend_eval(store, keys, list(range(1, loops + 1)), "none", experiment, device, progress, needed)
+
+
+def collect(store: Store, keys: list[str], experiment: str) -> pd.DataFrame:
+    rows = pd.concat([store.load_rows(k) for k in keys], ignore_index=True)
+    return rows.assign(experiment=experiment)[[c for c in ROW_COLUMNS if c in rows]]  # older runs: no split
+
+
+def run_trainings(
+    experiment: str,
+    preset_name: str,
+    trainings: list[tuple[RunConfig, str]],
+    seeds: list[int],
+    store: Store,
+    device: str,
+    progress: bool,
+    surgery: Callable[[RunConfig], bool],
+) -> pd.DataFrame:
+    """Train and evaluate what `trainings` lists (config, owning experiment), evaluate the configs `surgery`
+    picks in the other mode too, and write the table `<experiment>-<preset>`; return its rows."""
+    keys = []
+    for cfg, label in trainings:
+        got = ensure_runs(cfg, seeds, store, label, device, progress=progress)
+        if surgery(cfg):
+            ensure_surgery(store, got, cfg.max_eval_loops, experiment, device, progress)
+        keys += got
+    rows = collect(store, keys, experiment)
+    store.write_table(f"{experiment}-{preset_name}", rows)
+    return rows

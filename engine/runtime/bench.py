@@ -1,0 +1,400 @@
+"""`loopscope bench`: every fast path against its baseline, measured in one run on this machine.
+
+Each figure is a ratio of two timings taken back to back in the same process, so a busy machine
+slows both sides alike. FLOPs are counted from the config (matmuls and attention, loops included).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from engine.core import tasks
+from engine.core.flops import eval_flops, train_step_flops, training_flops
+from engine.core.model import build
+from engine.core.presets import RunConfig, cpu, paper, preset
+from engine.core.train import member_losses, train_group
+from engine.experiments import REGISTRY, e3
+from engine.experiments import refit as rf
+from engine.runtime.fanout import local_pool
+
+GOALS = {
+    "one_pass": 10.0,
+    "group_training": 3.0,
+    "mfu_cpu": 0.5,
+    "mfu_paper": 0.8,
+    "generation_share": 0.05,
+    "run_all_minutes": 45.0,
+}
+PAGES = ("overview", "accuracy", "norms", "refit", "stacked", "ouro", "runs")
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+
+
+def timed(fn: Callable[[], object], repeat: int = 1, device: str = "cpu", trials: int = 1) -> float:
+    """Seconds per call: after one warm-up call, the best of `trials` means over `repeat` calls (the best,
+    because on a shared 2-core VM the noise only ever adds time)."""
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+    fn()  # warm-up: allocator, kernels, caches (and compilation)
+    sync()
+    best = math.inf
+    for _ in range(trials):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - start) / repeat)
+    return best
+
+
+def matmul_peak(n: int = 2048, repeat: int = 5, device: str = "cpu", dtype=torch.float32, trials: int = 3) -> float:
+    """This machine's matmul throughput (FLOP/s) at a size that saturates it: fp32 on the CPU; on a GPU
+    the dtype training runs its matmuls in (bf16 under autocast). The best of `trials`."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n**3 / timed(lambda: a @ b, repeat, device, trials)
+
+
+def bench_one_pass(run: RunConfig, n_max: int = 24) -> dict:
+    model = build(run.model, [0]).eval()
+    batch = tasks.eval_set(run.task, max(run.task.train_difficulties))
+    x = batch.tokens[None]
+    with torch.no_grad():
+        one = timed(lambda: model(x, n_max), trials=3)
+        separate = timed(lambda: [model(x, n) for n in range(1, n_max + 1)], trials=3)
+    return {"one_pass_s": one, "separate_s": separate, "ratio": separate / one, "goal": GOALS["one_pass"]}
+
+
+def bench_group(run: RunConfig, seeds: int = 16, steps: int = 30) -> dict:
+    """16 seeds as one group against 16 one at a time, equal steps, each side run twice: the first (cold)
+    pays one-off costs (a new tensor shape's first kernels and pages: about 1.5 s for a group of 16),
+    the second (the ratio) is the steady state that a 2000-step run is made of."""
+    run = replace(run, train=replace(run.train, steps=steps))
+
+    def sides() -> tuple[float, float]:
+        group = train_group(run, list(range(seeds)), progress=False).wall_s
+        return group, sum(train_group(run, [s], progress=False).wall_s for s in range(seeds))
+
+    (cold_group, cold_alone), (group, alone) = sides(), sides()
+    return {
+        "group_s": group,
+        "one_at_a_time_s": alone,
+        "ratio": alone / group,
+        "cold_ratio": cold_alone / cold_group,
+        "goal": GOALS["group_training"],
+    }
+
+
+def _train_wall(run: RunConfig, seeds: list[int]) -> float:
+    return train_group(run, seeds, progress=False).wall_s
+
+
+def bench_workers(run: RunConfig, peak: float, seeds: int = 16, steps: int = 30, workers: int = 2) -> dict:
+    """`workers` groups of `seeds` on the preset's own difficulty schedule: one after another in this
+    process (all its threads) against `run --workers` (engine.runtime.fanout: one process per group, cores/workers
+    threads each); machine training FLOP/s over the peak for both."""
+
+    run = replace(run, train=replace(run.train, steps=steps))
+    groups = [list(range(i * seeds, (i + 1) * seeds)) for i in range(workers)]
+    flops = sum(training_flops(run, len(g)) for g in groups)
+    _train_wall(run, groups[0])  # warm-up
+    start = time.perf_counter()
+    for g in groups:
+        _train_wall(run, g)
+    serial = time.perf_counter() - start
+    with local_pool(workers) as pool:
+        for f in [pool.submit(_train_wall, run, g) for g in groups]:  # warm-up: imports and first shapes
+            f.result()
+        start = time.perf_counter()
+        for f in [pool.submit(_train_wall, run, g) for g in groups]:
+            f.result()
+        parallel = time.perf_counter() - start
+    return {
+        "one_process_s": serial,
+        "workers_s": parallel,
+        "workers": workers,
+        "ratio": serial / parallel,
+        "mfu_one_process": flops / serial / peak,
+        "mfu_workers": flops / parallel / peak,
+    }
+
+
+def bench_matmul_ceiling(run: RunConfig, peak: float, seeds: int = 16, device: str = "cpu") -> dict:
+    """The model's matmuls alone, forward and backward, at the hardest training batch: the same bmm shapes
+    (projections, SwiGLU, attention scores and values, the head) and FLOPs as a training step, with every
+    elementwise op (norms, RoPE, SiLU, softmax, the optimizer) left out. Its FLOP/s over the peak is the
+    most any fusion of the elementwise work could reach on this machine."""
+    m, S, B = run.model, seeds, run.train.batch_size
+    tokens, _ = hardest_batch(run, seeds, device)
+    T, d, f, H = tokens.shape[-1], m.d_model, m.d_ff, m.n_heads
+    shapes = {"q": (d, d), "k": (d, d), "v": (d, d), "o": (d, d), "gate": (d, f), "up": (d, f), "down": (f, d)}
+    g = torch.Generator().manual_seed(0)
+    layers = [
+        {k: (torch.randn(S, *sh, generator=g) * 0.05).to(device).requires_grad_() for k, sh in shapes.items()}
+        for _ in range(m.layers_per_block)
+    ]
+    head = (torch.randn(S, d, m.vocab_size, generator=g) * 0.05).to(device).requires_grad_()
+    h0 = torch.randn(S, B * T, d, generator=g).to(device).requires_grad_()
+
+    def heads(x):  # (S, B*T, d) -> (S*B, H, T, d/H)
+        return x.view(S * B, T, H, d // H).transpose(1, 2)
+
+    def step():
+        h = h0
+        for _ in range(m.trained_loops):
+            for w in layers:
+                q, k, v = (heads(torch.bmm(h, w[n])) for n in "qkv")
+                y = ((q @ k.transpose(-1, -2)) @ v).transpose(1, 2).reshape(S, B * T, d)
+                h = h + torch.bmm(y, w["o"])
+                h = h + torch.bmm(torch.bmm(h, w["gate"]) + torch.bmm(h, w["up"]), w["down"])
+        torch.bmm(h, head).sum().backward()
+
+    seconds = timed(step, 3, device, trials=3)
+    # counts the full T x T score and value matmuls, where training FLOPs count the causal half
+    flops = seeds * train_step_flops(run, T)
+    return {"step_s": seconds, "mfu": flops / seconds / peak}
+
+
+def hardest_batch(run: RunConfig, seeds: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """One training batch per seed at the hardest training difficulty: tokens and targets (S, B, T)."""
+    d = max(run.task.train_difficulties)
+    batches = [tasks.sample(run.task, d, run.train.batch_size, tasks.train_generator(s)) for s in range(seeds)]
+    return tuple(torch.stack([getattr(b, k) for b in batches]).to(device) for k in ("tokens", "targets"))
+
+
+def bench_mfu(run: RunConfig, peak: float, seeds: int, steps: int = 5, device: str = "cpu", compile=False) -> dict:
+    """Achieved training FLOP/s over the matmul peak, at the hardest training difficulty (on CUDA under
+    bf16 autocast, as training runs there; compile: through torch.compile)."""
+    model = build(run.model, list(range(seeds))).to(device)
+    forward = torch.compile(model, dynamic=True) if compile else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    x, y = hardest_batch(run, seeds, device)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            out = forward(x, all_positions=True, readout_steps="last")
+        opt.zero_grad(set_to_none=True)
+        member_losses(out.logits, y).sum().backward()
+        opt.step()
+
+    seconds = timed(step, steps, device, trials=3 if device == "cpu" else 1)
+    flops = seeds * train_step_flops(run, x.shape[-1])
+    tokens = seeds * run.train.batch_size * x.shape[-1]
+    return {
+        "step_s": seconds,
+        "tokens_per_s": tokens / seconds,
+        "flop_per_s": flops / seconds,
+        "mfu": flops / seconds / peak,
+    }
+
+
+def profile_step(run: RunConfig, seeds: int = 16, steps: int = 2, top: int = 8) -> dict[str, float]:
+    """Share of a training step's CPU time per aten op (torch.profiler, self time), the largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build(run.model, list(range(seeds)))
+    x, y = hardest_batch(run, seeds)
+
+    def step():
+        member_losses(model(x, all_positions=True, readout_steps="last").logits, y).sum().backward()
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    ops = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in ops)
+    ranked = sorted(ops, key=lambda e: -e.self_cpu_time_total)[:top]
+    return {e.key.removeprefix("aten::"): e.self_cpu_time_total / total for e in ranked}
+
+
+def bench_generation(run: RunConfig, seeds: int = 16, steps: int = 20) -> dict:
+    """Data generation for a group's step, against the whole step (from the group benchmark)."""
+    gens = [tasks.train_generator(s) for s in range(seeds)]
+    schedule = tasks.difficulty_schedule(run.task, steps)
+    start = time.perf_counter()
+    for d in schedule:
+        torch.stack([tasks.sample(run.task, d, run.train.batch_size, g).tokens for g in gens])
+    per_step = (time.perf_counter() - start) / steps
+    return {"generation_s_per_step": per_step}
+
+
+def run_all_flops(preset_name: str = "cpu", seeds: int = 16, task_names=("parity", "chain")) -> dict[str, float]:
+    """The model FLOPs of `loopscope run all --preset <name>`, per experiment: E2 trains both modes and
+    evaluates each (norm runs twice: own mode and the surgery); E3 evaluates the original and the removed
+    model, refits every distinct target (head alone: forward only; with a layer: forward + backward)
+    and evaluates each checkpoint; E4 trains the stacked twins and evaluates them in both modes."""
+
+    out = dict.fromkeys(REGISTRY, 0.0)
+    cfg = e3.refit_config(preset_name)
+    for task in task_names:
+        for boundary, evals in (("norm", 2), ("none", 1)):
+            run = preset(preset_name, task, boundary)
+            out["e2"] += training_flops(run, seeds) + evals * eval_flops(run, seeds)
+        run = preset(preset_name, task, "norm")
+        targets = rf.distinct_targets(cfg.targets, run.model.layers_per_block)
+        refit_run = replace(run, train=replace(run.train, batch_size=cfg.batch_size or run.train.batch_size))
+        steps = cfg.schedule[-1]
+        for target in targets:
+            factor = 1 / 3 if target == "head" else 1.0  # the head alone: no backward through the loop
+            out["e3"] += factor * training_flops(refit_run, seeds, steps)
+        out["e3"] += (2 + len(targets) * (len(cfg.schedule) - 1)) * eval_flops(run, seeds)
+        stacked = preset(preset_name, task, "norm", arch="stacked")
+        out["e4"] += training_flops(stacked, seeds) + 2 * eval_flops(stacked, seeds)
+    return out
+
+
+def measured_walls(root: Path) -> dict[str, float]:
+    """Seconds of training (E2, E4) and refitting (E3) recorded in the result manifests, one figure per
+    group of seeds (every member of a group records the group's wall time); evaluation is not included."""
+    out = dict.fromkeys(REGISTRY, 0.0)
+    seen = set()
+    for manifest in sorted(Path(root).glob("*/*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        exp = m.get("experiment")
+        if exp not in out:
+            continue
+        walls = m.get("wall_time_s")
+        walls = walls if isinstance(walls, dict) else {"train": walls}
+        for what, wall in walls.items():
+            key = (exp, what, wall, m.get("group_size"))
+            if wall is not None and key not in seen:
+                seen.add(key)
+                out[exp] += float(wall)
+    return out
+
+
+def bench_pages(root: Path, pages=PAGES) -> dict[str, dict[str, float]]:
+    """Seconds to switch to each dashboard page (AppTest, in this process): cold (caches cleared) and
+    warm (the same page again), on the results in `root`."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["LOOPSCOPE_RESULTS"] = str(root)
+    out = {}
+    for page in pages:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        at = AppTest.from_file(str(APP), default_timeout=120)
+        start = time.perf_counter()
+        at.run()
+        if page != "overview":
+            start = time.perf_counter()
+            at.switch_page(f"app_pages/{page}.py").run()
+        cold = time.perf_counter() - start
+        start = time.perf_counter()
+        at.run()
+        out[page] = {"cold_s": cold, "warm_s": time.perf_counter() - start}
+    return out
+
+
+def run_device(device: str = "cuda", compile: bool = False, steps: int = 10) -> dict:
+    """The `paper` preset's training throughput on an accelerator: bf16 autocast, SDPA attention (flash
+    where the GPU has it), optionally torch.compile; against the device's bf16 matmul peak."""
+    peak = matmul_peak(8192, 10, device, torch.bfloat16)
+    out: dict = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else device,
+        "bf16_peak_tflops": peak / 1e12,
+    }
+    for task in ("parity", "chain"):
+        out[task] = {"eager": bench_mfu(paper(task), peak, seeds=1, steps=steps, device=device)}
+        if compile:
+            out[task]["compiled"] = bench_mfu(paper(task), peak, 1, steps, device, compile=True)
+    return out
+
+
+def format_device_report(result: dict) -> str:
+    lines = [f"{result['device']}: bf16 matmul peak {result['bf16_peak_tflops']:.1f} TFLOP/s"]
+    for task in ("parity", "chain"):
+        for how, r in result[task].items():
+            lines.append(
+                f"paper preset, {task}, {how}: {r['step_s'] * 1e3:.1f} ms/step, {r['tokens_per_s']:,.0f} tokens/s, "
+                f"{r['flop_per_s'] / 1e12:.1f} TFLOP/s = {r['mfu']:.1%} of the peak"
+            )
+    return "\n".join(lines)
+
+
+def run_all(peak: float | None = None, quick: bool = False, results: Path | None = None) -> dict:
+    peak = peak or matmul_peak()
+    out: dict = {"matmul_peak_gflops": peak / 1e9, "threads": torch.get_num_threads()}
+    seeds, steps = (4, 3) if quick else (16, 30)
+    for task in ("parity", "chain"):
+        run = cpu(task)
+        group = bench_group(run, seeds=seeds, steps=steps)
+        gen = bench_generation(run)
+        one = bench_mfu(run, peak, seeds=1, steps=2 if quick else 5)
+        out[task] = {
+            "one_pass": bench_one_pass(run),
+            "group_training": group | {"ceiling": 1 / one["mfu"]},
+            "mfu_cpu": bench_mfu(run, peak, seeds=seeds, steps=2 if quick else 5),
+            "mfu_cpu_one_seed": one,
+            "matmul_ceiling": bench_matmul_ceiling(run, peak, seeds=seeds),
+            "workers": bench_workers(run, peak, seeds=seeds, steps=steps),
+            "generation_share": gen["generation_s_per_step"] / (group["group_s"] / steps),
+            "profile": profile_step(run, seeds=seeds, steps=1 if quick else 2),
+        }
+    if not quick:
+        out["mfu_paper"] = bench_mfu(paper("parity"), peak, seeds=1, steps=2)
+        out["matmul_ceiling_paper"] = bench_matmul_ceiling(paper("parity"), peak, seeds=1)
+    flops = run_all_flops("cpu")
+    limit = sum(flops.values()) / peak / 60
+    worst = lambda key, field: min(out[t][key][field] for t in ("parity", "chain"))  # noqa: E731
+    out["run_all"] = {
+        "flops": flops,
+        "limit_minutes": limit,
+        "at_cpu_mfu_minutes": limit / worst("workers", "mfu_one_process"),  # on the schedule, not the hardest batch
+        "at_workers_minutes": limit / worst("workers", "mfu_workers"),
+        "at_matmul_ceiling_minutes": limit / worst("matmul_ceiling", "mfu"),
+        "goal": GOALS["run_all_minutes"],
+    }
+    if results is not None and Path(results).exists():
+        out["run_all"]["recorded_minutes"] = {k: v / 60 for k, v in measured_walls(results).items()}
+        out["pages"] = bench_pages(Path(results))
+    return out
+
+
+def format_report(result: dict) -> str:
+    lines = [f"fp32 matmul peak: {result['matmul_peak_gflops']:.1f} GFLOP/s ({result.get('threads', '?')} threads)"]
+    for task in ("parity", "chain"):
+        r = result[task]
+        g, w = r["group_training"], r["workers"]
+        lines += [
+            f"{task}: one pass of 24 loops vs 24 forwards: {r['one_pass']['ratio']:.1f}x (goal >= 10x)",
+            f"{task}: 16 seeds as one group vs one at a time: {g['ratio']:.2f}x steady, {g['cold_ratio']:.2f}x on "
+            f"the first run (goal >= 3x; ceiling {g['ceiling']:.2f}x = peak / one seed's FLOP/s, "
+            f"{r['mfu_cpu_one_seed']['mfu']:.1%} of peak)",
+            f"{task}: training FLOP/s / peak (cpu preset, hardest batch): {r['mfu_cpu']['mfu']:.1%} (goal >= 50%); "
+            f"its matmuls alone: {r['matmul_ceiling']['mfu']:.1%}",
+            f"{task}: on the training schedule, {w['workers']} groups: one process {w['mfu_one_process']:.1%} of peak, "
+            f"--workers {w['workers']} {w['mfu_workers']:.1%} ({w['ratio']:.2f}x)",
+            f"{task}: task generation / training step: {r['generation_share']:.1%} (goal <= 5%)",
+            f"{task}: profile (self CPU time): "
+            + ", ".join(f"{op} {share:.0%}" for op, share in list(r["profile"].items())[:5]),
+        ]
+    if "mfu_paper" in result:
+        lines.append(
+            f"paper preset: training FLOP/s / peak: {result['mfu_paper']['mfu']:.1%} (goal >= 80%); its matmuls "
+            f"alone: {result['matmul_ceiling_paper']['mfu']:.1%}"
+        )
+    ra = result["run_all"]
+    lines.append(
+        f"run all --preset cpu: {sum(ra['flops'].values()) / 1e12:.1f} TFLOP "
+        f"(E2 {ra['flops']['e2'] / 1e12:.1f}, E3 {ra['flops']['e3'] / 1e12:.1f}, E4 {ra['flops']['e4'] / 1e12:.1f}); "
+        f"physical limit {ra['limit_minutes']:.1f} min; at the FLOP/s measured on the training schedule: "
+        f"{ra['at_cpu_mfu_minutes']:.1f} min (one process), {ra['at_workers_minutes']:.1f} min (--workers 2); at the "
+        f"matmuls-alone FLOP/s: {ra['at_matmul_ceiling_minutes']:.1f} min (goal <= 45 min)"
+    )
+    if "recorded_minutes" in ra:
+        rec = ra["recorded_minutes"]
+        lines.append(
+            "  recorded in the result manifests (training and refits, no evaluation, as they ran): "
+            + ", ".join(f"{k.upper()} {v:.1f} min" for k, v in rec.items())
+        )
+    for page, t in result.get("pages", {}).items():
+        lines.append(f"page {page}: cold {t['cold_s']:.2f} s, warm {t['warm_s']:.2f} s")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""The second study's verdict rules (README) on hand-made per-n tables, and on rows where the answer is known."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.experiments import verdicts as V
+
+T = 3
+
+
+def table(**changes) -> pd.DataFrame:
+    """Per n = 1..6 (T = 3): none minus norm, both analyses' statistics. Separated on both sides, most beyond."""
+    s = pd.DataFrame(
+        {
+            "mean_diff": [0.2, 0.1, 0.0, 0.1, 0.3, 0.4],
+            "cliffs_delta": [0.6, 0.3, 0.0, 0.2, 0.7, 0.9],
+            "mann_whitney_p": [0.01, 0.2, 1.0, 0.3, 0.01, 0.001],
+            "wilcoxon_p": [0.01, 0.1, 1.0, 0.2, 0.01, 0.001],
+            "wilcoxon_p_holm": [0.02, 0.1, 1.0, 0.4, 0.02, 0.003],
+        },
+        index=pd.Index(range(1, 7), name="eval_loops"),
+    )
+    for column, (n, value) in changes.items():
+        s.loc[n, column] = value
+    return s
+
+
+def holds(s: pd.DataFrame) -> dict:
+    return {claim: {a: ok for a, (ok, _) in by.items()} for claim, by in V.e2_level(s, T).items()}
+
+
+def test_every_claim_holds_on_a_table_made_to_satisfy_them():
+    assert holds(table()) == {c: {"paper": True, "paired": True} for c in "abc"}
+
+
+def test_a_worse_none_breaks_a_under_the_analysis_that_sees_it():
+    # n = 2: delta -0.5 with p 0.01 (paper), but the per-seed differences are not significant after Holm
+    got = holds(table(cliffs_delta=(2, -0.5), mann_whitney_p=(2, 0.01), mean_diff=(2, -0.1), wilcoxon_p_holm=(2, 0.3)))
+    assert got["a"] == {"paper": False, "paired": True}
+    got = holds(table(mean_diff=(2, -0.1), wilcoxon_p_holm=(2, 0.01)))
+    assert got["a"] == {"paper": True, "paired": False}
+
+
+def test_closest_at_T_allows_ties_within_001_and_the_paired_test_at_T():
+    assert holds(table(mean_diff=(3, 0.105)))["b"]["paper"]  # 0.105 <= 0.1 + 0.01
+    assert not holds(table(mean_diff=(3, 0.12)))["b"]["paper"]
+    assert holds(table(wilcoxon_p=(3, 0.01)))["b"] == {"paper": True, "paired": False}
+
+
+def test_separation_needs_both_sides_and_the_larger_beyond():
+    assert not holds(table(cliffs_delta=(1, 0.3)))["c"]["paper"]  # nothing large below T
+    assert not holds(table(cliffs_delta=(1, 0.95)))["c"]["paper"]  # larger below than beyond
+    assert not holds(table(wilcoxon_p_holm=(1, 0.2)))["c"]["paired"]  # nothing significant below T
+
+
+def test_levels_and_the_surgery_on_rows_with_a_known_answer():
+    rng = np.random.default_rng(0)
+    records = []
+    for seed in range(8):
+        for boundary, acc in (("norm", 0.9), ("none", 0.95), ("norm->none", 0.3)):
+            for d, split in ((1, "heldout"), (2, "heldout"), (3, "beyond")):
+                for n in range(1, 7):
+                    for metric, value in (
+                        ("accuracy", acc + 0.01 * d + rng.normal(0, 0.001)),
+                        ("choice_accuracy", 0.5),
+                        ("top_token_share", 0.95),
+                        ("option_rate", 0.8),
+                        ("norm_post", 1.0 + n * n),
+                    ):
+                        key = dict(task="t", arch="looped", boundary=boundary, seed=seed, trained_loops=T)
+                        records.append(key | dict(eval_loops=n, difficulty=d, metric=metric, value=value, split=split))
+    rows = pd.DataFrame(records)
+    paired = V.paired_modes(rows)
+    assert set(paired["level"]) == {V.MEAN, V.HARDEST, "1", "2"}  # beyond-range difficulty 3 is not judged
+    mean = paired[(paired.level == V.MEAN) & (paired.eval_loops == T)].iloc[0]
+    assert abs(mean["mean_diff"] - 0.05) < 0.002 and mean["n_pairs"] == 8
+    assert mean["wilcoxon_p"] == 2 / 2**8  # every seed's difference is positive: the exact two-sided p
+    surgery = V.surgery_at_T(rows).set_index("level")
+    assert abs(surgery.loc[V.HARDEST, "accuracy"] - 0.32) < 0.002  # difficulty 2: 0.3 + 0.02
+    assert surgery.loc[V.MEAN, "non_answer"] == pytest.approx(0.2)  # 1 - option rate 0.8
+    assert surgery.loc[V.MEAN, "norm_ratio"] == pytest.approx(5.0)  # state norms 2, 5, 10 over n = 1..T
+    d = [c for c in V.e2_claims(paired, V.surgery_at_T(rows)) if c["claim"] == "d"]
+    assert d and not any(c["holds"] for c in d)  # accuracy 0.31 and top share 0.95 collapse, but the norm grew 5x
+
+
+def test_verify_retrains_a_shipped_group_bit_for_bit_and_says_so(tmp_path, capsys):
+    from engine.cli import main
+
+    assert (
+        main(["run", "e2", "--preset", "smoke", "--seeds", "2", "--tasks", "parity", "--results", str(tmp_path)]) == 0
+    )
+    capsys.readouterr()
+    args = ["verify", "e2", "--preset", "smoke", "--seeds", "1", "--task", "parity", "--boundary", "norm"]
+    assert main([*args, "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "seed 0: bit-identical to the shipped run" in out and "verified: bit for bit." in out
+    assert main([*args, "--results", str(tmp_path / "empty")]) == 2  # nothing shipped there: one sentence
