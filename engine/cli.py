@@ -19,7 +19,7 @@ import pandas as pd
 
 from engine.core.presets import PRESETS, RunConfig, preset
 from engine.errors import UsageError
-from engine.experiments import REGISTRY
+from engine.experiments import REGISTRY, verdicts
 
 DEFAULT_RESULTS = "cached_results"
 BACKEND_HELP = "local (default): this process; ray: seed groups as Ray tasks ($RAY_ADDRESS or a local Ray)"
@@ -247,7 +247,7 @@ def cmd_run(args) -> int:
         rows = module.run(args.preset, seeds, store, device, tasks)
         if len(names) > 1:
             print(f"\n== {name.upper()} ({time.perf_counter() - start:.0f} s)")
-        print(module.report(rows, args.preset))
+        print(module.report(rows, args.preset) + verdicts.report(name, rows))
     return 0
 
 

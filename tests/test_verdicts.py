@@ -96,3 +96,47 @@ def test_verify_retrains_a_shipped_group_bit_for_bit_and_says_so(tmp_path, capsy
     out = capsys.readouterr().out
     assert "seed 0: bit-identical to the shipped run" in out and "verified: bit for bit." in out
     assert main([*args, "--results", str(tmp_path / "empty")]) == 2  # nothing shipped there: one sentence
+
+
+def rows_e4(looped_acc, stacked_acc, seeds: int = 8) -> pd.DataFrame:
+    """Accuracy rows of looped (T = 2, n = 1..6) and stacked (T = 1) models, one held-out difficulty."""
+    records = []
+    for seed in range(seeds):
+        for n in range(1, 7):
+            for arch, T, acc in (("looped", 2, looped_acc(n)), ("stacked", 1, stacked_acc(n))):
+                key = dict(task="t", arch=arch, boundary="norm", seed=seed, trained_loops=T, eval_loops=n)
+                records.append(key | dict(difficulty=1, metric="accuracy", value=acc + 0.001 * seed, split="heldout"))
+    return pd.DataFrame(records)
+
+
+def test_e4_matched_overshoot_vanishes_where_looped_at_T_times_o_equals_stacked_at_o():
+    # looped at n: 1 - 0.1 * |n - 2| / 2; stacked at n: the looped value at 2n, so matched gaps are exactly 0
+    looped = lambda n: 1 - 0.05 * abs(n - 2)  # noqa: E731
+    rows = rows_e4(looped, lambda n: looped(2 * n))
+    table = V.e4_table(rows)
+    matched = table[(table.family == "matched") & (table.level == V.MEAN)]
+    assert list(matched.x) == [1, 2, 3] and (matched.gap.abs() < 1e-12).all()
+    equal = table[(table.family == "equal") & (table.level == V.MEAN)].set_index("x")
+    assert equal.loc[4, "gap"] == pytest.approx(looped(4) - looped(8))  # 0.9 - 0.7 at equal n = 4
+    claims = {(c["claim"], c["analysis"]): c["holds"] for c in V.e4_claims(table) if c["level"] == V.MEAN}
+    assert claims[("matched", "paper")] == "vanishes" and claims[("matched", "paired")] == "vanishes"
+    assert claims[("equal n", "paired")] is True  # looped is ahead at every n >= 2
+
+
+def test_e3_recovery_verdicts_read_the_damaged_seeds_and_say_undecided_below_eight():
+    records = []
+    for seed in range(10):
+        for target, final in (("head", 0.33), ("head+last", 1.0), ("head+first", 0.5)):
+            for steps, value in ((0, 0.0), (100, final - 0.01), (200, final), (400, final)):
+                recovery = np.nan if seed >= 9 else value  # seed 9: the surgery did not damage it
+                key = dict(task="t", arch="looped", boundary="norm->none", seed=seed, trained_loops=2, eval_loops=2)
+                for difficulty in (0, 3):  # 0: the in-range mean (e3.IN_RANGE); 3: the hardest held-out
+                    records.append(key | dict(difficulty=difficulty, metric="recovery", value=recovery + 0.001 * seed,
+                                              refit_target=target, refit_steps=steps, split="heldout"))  # fmt: skip
+    found = {(c["claim"], c["level"]): c for c in V.e3_claims(pd.DataFrame(records)) if c["analysis"] != "paper"}
+    assert found[("a", V.MEAN)]["holds"] is True and "9 damaged seeds" in found[("a", V.MEAN)]["measured"]
+    assert found[("b", V.HARDEST)]["holds"] is True
+    assert found[("last layer", V.MEAN)]["holds"] is True  # 1.0 vs 0.5 on 9 seeds: Wilcoxon p = 2/512
+    few = pd.DataFrame(records)
+    few = few[few.seed < 5]
+    assert all(c["holds"] is None for c in V.e3_claims(few) if c["claim"] in ("a", "b"))  # 5 < 8 seeds

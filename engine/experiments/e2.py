@@ -153,10 +153,4 @@ def claim_lines(found: list[dict]) -> list[str]:
 def report(rows: pd.DataFrame, preset_name: str) -> str:
     summary = summarize(rows, preset_name)
     trained = {t: preset(preset_name, t).model.trained_loops for t in rows["task"].unique()}
-    lines = [format_summary(summary), "", *claim_lines(claims(summary, trained))]
-    if "split" in rows and (rows["split"] == "heldout").any():  # the second design: the README's verdict rules
-        from engine.experiments import verdicts
-
-        found = verdicts.e2_claims(verdicts.paired_modes(rows), verdicts.surgery_at_T(rows))
-        lines += ["", "Verdict rules (README), held-out items, both analyses:", *verdicts.claim_lines(found)]
-    return "\n".join(lines)
+    return "\n".join([format_summary(summary), "", *claim_lines(claims(summary, trained))])

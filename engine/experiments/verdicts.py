@@ -13,6 +13,7 @@ import pandas as pd
 
 from engine import paper
 from engine.core import stats
+from engine.experiments.e3 import IN_RANGE, plateaued
 
 MEAN, HARDEST = "held-out mean", "hardest held-out"
 NEGLIGIBLE, _, LARGE = (cut for cut, _ in paper.DELTA_MAGNITUDES)
@@ -155,11 +156,153 @@ def surgery_at_T(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def outcome(holds) -> str:
+    """A verdict as words: holds / does NOT hold / undecided, or an outcome such as "vanishes"."""
+    return holds if isinstance(holds, str) else "undecided" if holds is None else "holds" if holds else "does NOT hold"
+
+
 def claim_lines(found: list[dict]) -> list[str]:
     """One line per claim, analysis and level, for the terminal."""
     return [
-        f"({c['claim']}) {c['task']} [{c['analysis']}, {c['level']}]: {'holds' if c['holds'] else 'does NOT hold'}"
+        f"({c['claim']}) {c['task']} [{c['analysis']}, {c['level']}]: {outcome(c['holds'])}"
         + (f" (at {c['difficulties']} held-out difficulties)" if c["difficulties"] else "")
         + f" -- {c['measured']}"
         for c in found
     ]
+
+
+def claims(experiment: str, rows: pd.DataFrame) -> list[dict]:
+    """The README's verdicts for an experiment's table; none for a table without held-out items."""
+    if "split" not in rows or not (rows["split"] == "heldout").any():
+        return []
+    if experiment == "e2":
+        return e2_claims(paired_modes(rows), surgery_at_T(rows))
+    if experiment == "e3":
+        return e3_claims(rows)
+    return e4_claims(e4_table(rows)) if experiment == "e4" else []
+
+
+def report(experiment: str, rows: pd.DataFrame) -> str:
+    found = claims(experiment, rows)
+    return (
+        "\n".join(["", "Verdict rules (README) on held-out items, both analyses:", *claim_lines(found)])
+        if found
+        else ""
+    )
+
+
+# ---------------------------------------------------------------- E3 and E4
+
+
+def e3_claims(rows: pd.DataFrame) -> list[dict]:
+    """E3 at n = T after the last refit step, levels (i) and (iii): per target the mean recovery over the seeds
+    the surgery damaged (>= paper.MIN_REFIT_GAP) with its bootstrap CI over seeds, and the verdicts; with
+    fewer than MIN_DAMAGED seeds a verdict is undecided. Beyond the paper: head + last against head + first,
+    paired by seed (Wilcoxon)."""
+    out = []
+    rec = rows[(rows["metric"] == "recovery") & (rows["split"] == "heldout")]
+    for task, t in rec.groupby("task"):
+        T = int(t["trained_loops"].iloc[0])
+        t = t[t["eval_loops"] == T]
+        hardest = t.loc[t["difficulty"] != IN_RANGE, "difficulty"].max()
+        for level, part in ((MEAN, t[t["difficulty"] == IN_RANGE]), (HARDEST, t[t["difficulty"] == hardest])):
+            last = part["refit_steps"].max()
+            final = part[part["refit_steps"] == last]
+            per_seed = {g: s.set_index("seed")["value"] for g, s in final.groupby("refit_target")}
+            for claim, target in (("a", "head"), ("b", "head+last")):
+                if target not in per_seed:
+                    continue
+                values = per_seed[target].dropna()
+                ci = stats.bootstrap_ci_mean(values.to_numpy())
+                curve = part[part["refit_target"] == target].groupby("refit_steps")["value"].mean()
+                if len(values) < MIN_DAMAGED:
+                    holds, verdict = None, f"undecided: only {len(values)} seeds lost >= {paper.MIN_REFIT_GAP}"
+                elif claim == "a":
+                    lo, hi = paper.HEAD_RECOVERY_RANGE
+                    holds, verdict = bool(lo <= ci.estimate <= hi and plateaued(curve)), f"plateau: {plateaued(curve)}"
+                else:
+                    holds, verdict = bool(ci.estimate >= paper.FULL_RECOVERY), ""
+                measured = (f"recovery {ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}] after {last} steps, "
+                            f"{len(values)} damaged seeds; {verdict}")  # fmt: skip
+                for analysis in ("paper", "paired"):
+                    out.append(dict(task=task, claim=claim, analysis=analysis, level=level, holds=holds,
+                                    measured=measured, difficulties=""))  # fmt: skip
+            if {"head+last", "head+first"} <= set(per_seed):
+                both = pd.concat([per_seed["head+last"], per_seed["head+first"]], axis=1).dropna()
+                p = stats.wilcoxon_p(both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy())
+                gap = float((both.iloc[:, 0] - both.iloc[:, 1]).mean()) if len(both) else np.nan
+                out.append(dict(task=task, claim="last layer", analysis="paired", level=level,
+                                holds=bool(gap > 0 and p < paper.ALPHA), difficulties="",
+                                measured=f"head+last minus head+first {gap:+.3f} over {len(both)} seeds, "
+                                         f"Wilcoxon p {p:.3g}"))  # fmt: skip
+    return out
+
+
+MIN_DAMAGED = 8  # E3: fewer damaged seeds than this and a recovery verdict is undecided (README)
+MATCHED = (1, 2, 3)  # E4: overshoot ratios n / T compared
+SMALL_GAP = 0.02  # E4 paired "vanishes": |mean gap| below this counts as gone
+
+
+def _compare(looped: pd.Series, stacked: pd.Series) -> dict:
+    """One looped/stacked comparison over seeds (both indexed by seed)."""
+    both = pd.concat([looped.rename("a"), stacked.rename("b")], axis=1).dropna()
+    a, b = both["a"].to_numpy(), both["b"].to_numpy()
+    return dict(gap=float((a - b).mean()), delta=stats.cliffs_delta(a, b), p=stats.mann_whitney_p(a, b),
+                wilcoxon_p=stats.wilcoxon_p(a, b), n=len(both))  # fmt: skip
+
+
+def e4_table(rows: pd.DataFrame, mode: str = "norm") -> pd.DataFrame:
+    """Looped minus stacked per task, level and comparison: at equal n = 2..3T (`equal`), and at matched
+    overshoot n/T = o (looped at n = T*o, stacked at n = o: `matched`). Holm within each family."""
+    lv = levels(rows)
+    acc = lv[lv["metric"] == "accuracy"]
+    stacked_mode = "norm" if mode == "norm" else "norm->none"  # the stacked model trains once, with the norm
+    out = []
+    for (task, level), g in acc.groupby(["task", "level"]):
+        looped = g[(g["arch"] == "looped") & (g["boundary"] == mode)]
+        stacked = g[(g["arch"] == "stacked") & (g["boundary"] == stacked_mode)]
+        if looped.empty or stacked.empty:
+            continue
+        T = int(looped["trained_loops"].iloc[0])
+        at = lambda f, n: f[f["eval_loops"] == n].set_index("seed")["value"]  # noqa: E731
+        for n in range(2, int(looped["eval_loops"].max()) + 1):
+            pair = _compare(at(looped, n), at(stacked, n))
+            out.append(dict(task=task, level=level, T=T, family="equal", x=n, **pair))
+        for o in MATCHED:
+            pair = _compare(at(looped, T * o), at(stacked, o))
+            out.append(dict(task=task, level=level, T=T, family="matched", x=o, **pair))
+    table = pd.DataFrame(out)
+    if table.empty:
+        return table
+    table["wilcoxon_p_holm"] = table.groupby(["task", "level", "family"])["wilcoxon_p"].transform(
+        lambda p: pd.Series(stats.holm(p.to_numpy()), index=p.index)
+    )
+    return table
+
+
+def e4_claims(table: pd.DataFrame) -> list[dict]:
+    """Per task and level: looping helps at equal n (most n), and at matched overshoot the advantage
+    vanishes or shrinks, under both analyses (README)."""
+    out = []
+    for (task, level), t in table[table["level"].isin([MEAN, HARDEST])].groupby(["task", "level"]):
+        eq, m = t[t["family"] == "equal"], t[t["family"] == "matched"]
+        helps = {
+            "paper": bool(((eq["gap"] > 0) & (eq["delta"] > NEGLIGIBLE) & (eq["p"] < paper.ALPHA)).mean() > 0.5),
+            "paired": bool(((eq["gap"] > 0) & (eq["wilcoxon_p_holm"] < paper.ALPHA)).mean() > 0.5),
+        }
+        vanish = {
+            "paper": bool(((m["delta"].abs() < NEGLIGIBLE) | (m["p"] >= paper.ALPHA)).all()),
+            "paired": bool(((m["wilcoxon_p_holm"] >= paper.ALPHA) | (m["gap"].abs() < SMALL_GAP)).all()),
+        }
+        T = int(t["T"].iloc[0])
+        at_T_multiples = eq.set_index("x")["gap"].reindex([T * o for o in MATCHED]).mean()  # equal n = T, 2T, 3T
+        for analysis in ("paper", "paired"):
+            shrinks = not vanish[analysis] and abs(m["gap"].mean()) < abs(at_T_multiples)
+            outcome = "vanishes" if vanish[analysis] else "shrinks" if shrinks else "stays"
+            equal = f"mean gap {eq['gap'].mean():+.3f} over n = 2..{int(eq['x'].max())}"
+            matched = (f"matched gaps {', '.join(f'{g:+.3f}' for g in m['gap'])} (o = 1, 2, 3) vs "
+                       f"{at_T_multiples:+.3f} at equal n = T, 2T, 3T: {outcome}")  # fmt: skip
+            common = dict(task=task, analysis=analysis, level=level, difficulties="")
+            out.append(dict(common, claim="equal n", holds=helps[analysis], measured=equal))
+            out.append(dict(common, claim="matched", holds=outcome, measured=matched))
+    return out
