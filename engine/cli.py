@@ -451,6 +451,11 @@ def build_parser() -> Parser:
     p.add_argument("--prompts", type=int, default=500, help="prompts per task (even: labels exactly balanced)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bf16 on GPU")
+    p.add_argument(
+        "--readout", default="final", choices=["final", "released"],
+        help="final (default, the study's): the answer at loop step n; released: where the released "
+        "forward's early exit (config early_exit_threshold) stops within n steps",
+    )  # fmt: skip
     p.set_defaults(func=cmd_ouro)
 
     p = sub.add_parser("bench", parents=[common], help="measure every fast path against its baseline, as ratios")

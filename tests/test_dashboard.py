@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -252,8 +253,14 @@ def test_run_page_submits_a_training_that_then_appears_among_the_runs(monkeypatc
     assert jobs.wait(job.job_id, root, timeout_s=120).state == "done"
     at.run()
     assert "**done**" in " ".join(m.value for m in at.markdown)
+    (link,) = [link for link in at.get("page_link") if link.proto.label.startswith("Run ")]
+    store = Store(root)
+    (key,) = [k for k in store.run_keys() if store.manifest(k)["seed"] == 0]  # seeds "1" = one seed, seed 0
+    assert link.proto.query_string == f"run={key}" and link.proto.page == "runs"
+    at.query_params["run"] = key  # follow the deep link
     at.switch_page("app_pages/runs.py").run()
     assert at.dataframe[0].value.shape[0] == 2  # seed 1 trains in its group (seeds 0, 1), and both are stored
+    assert at.selectbox(key="run").value == key  # the link opened the job's own run
 
 
 def test_runs_page_evaluates_a_run_at_more_loop_counts(monkeypatch, results, tmp_path, writable):
@@ -291,6 +298,39 @@ def test_the_community_cloud_entry_file_runs_the_dashboard_read_only(monkeypatch
     assert len(at.get("page_link")) == 4 + 3  # the overview's links resolve from the repository root too
     assert os.environ["LOOPSCOPE_READ_ONLY"] == "1"
     assert any("Read-only" in c.value for c in at.sidebar.caption)
+
+
+def write_job(root: Path, jid: str, state: str, spec: dict, message: str, log: str | None = None) -> None:
+    """A job file as a worker leaves it (engine.runtime.jobs), written directly: no worker needed."""
+    (root / "jobs").mkdir(parents=True, exist_ok=True)
+    record = {"job_id": jid, "state": state, "what": "a job", "spec": spec, "message": message, "updated": 1.0}
+    (root / "jobs" / f"{jid}.json").write_text(json.dumps(record))
+    if log is not None:
+        (root / "jobs" / f"{jid}.log").write_text(log)
+
+
+def test_run_page_shows_the_end_of_a_failed_jobs_log(monkeypatch, tmp_path, writable):
+    log = "".join(f"log line {i}\n" for i in range(1, 41)) + "RuntimeError: out of memory\n"
+    write_job(tmp_path, "00000000000000f1", "failed", {}, "failed: RuntimeError: out of memory", log)
+    at = render(monkeypatch, tmp_path, "run")
+    (code,) = [c for c in at.code if "log line" in c.value]
+    assert code.value.endswith("RuntimeError: out of memory") and "log line 40" in code.value
+    assert "log line 5\n" not in code.value  # the end of the log, not all of it
+    assert any("jobs/00000000000000f1.log" in c.value for c in at.caption)
+
+
+def test_a_finished_experiment_job_links_to_its_runs_and_its_page(monkeypatch, results, tmp_path, writable):
+    root = tmp_path / "copy"
+    shutil.copytree(results, root, ignore=shutil.ignore_patterns("jobs"))
+    spec = {"kind": "experiment", "experiment": "e2", "preset": "smoke", "seeds": [0, 1], "tasks": ["parity"]}
+    write_job(root, "00000000000000d0", "done", spec | {"device": "auto"}, "done: e2-smoke.parquet written.")
+    at = render(monkeypatch, root, "run")
+    links = {link.proto.label: link.proto for link in at.get("page_link")}
+    assert links["e2's runs"].query_string == "experiments=e2" and links["e2's runs"].page == "runs"
+    assert links["Accuracy vs depth (e2)"].page == "accuracy"
+    at.query_params["experiments"] = "e2"
+    at.switch_page("app_pages/runs.py").run()
+    assert not at.exception and at.dataframe[0].value.shape[0] == len(Store(root).run_keys())
 
 
 def test_run_page_reports_a_corrupt_job_file(monkeypatch, tmp_path, writable):
@@ -547,3 +587,57 @@ def test_accuracy_and_norms_pages_draw_the_e2_summary(monkeypatch):
     ratio = growth.loc[("norm->none", "in-range"), f"max/min over steps 1..T = {T}"]
     (d,) = [c for c in e2.claims(summary, {"chain": T, "parity": T}) if (c["claim"], c["task"]) == ("d", task)]
     assert f"norm ratio {ratio:.3f}x" in d["measured"]
+
+
+# ---------------------------------------------------------------- issue #16: a loss curve that ends at exactly 0
+
+
+def drawn_svg_text(chart) -> tuple[list[str], list[str]]:
+    """The text labels and the line's path data of a chart rendered to SVG (vl_convert, as the downloads do)."""
+    svg = charts.to_svg(chart).decode()
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    paths = re.findall(r'<path[^>]*aria-roledescription="line mark"[^>]*d="([^"]*)"', svg)
+    paths += re.findall(r'<path[^>]*d="([^"]*)"[^>]*aria-roledescription="line mark"', svg)
+    return texts, paths
+
+
+@pytest.mark.parametrize("losses", [[0.7, 0.01, 1e-6, 0.0], [0.0, 0.0, 0.0], [0.7, 0.2, 0.05]])
+def test_a_loss_curve_ending_at_zero_draws_finite_points_with_axis_titles(losses):
+    """A log scale cannot place 0: the old chart drew an empty line along the top edge and no y ticks."""
+    curve = pd.DataFrame({"step": range(1, 1 + len(losses)), "loss": losses})
+    texts, paths = drawn_svg_text(charts.loss_chart(curve))
+    expected_scale = "log" if min(losses) > 0 else "linear"
+    assert charts.loss_scale(curve) == expected_scale
+    assert "training step" in texts
+    assert f"training loss (cross-entropy, nats; {expected_scale} scale)" in texts
+    y_ticks = texts[texts.index("training step") + 1 : -1]
+    assert y_ticks, "the y axis has no tick labels"
+    (path,) = paths
+    numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", path)]
+    assert len(numbers) >= 2 * len(losses) and all(math.isfinite(v) for v in numbers)
+    assert "NaN" not in path
+
+
+def test_small_losses_are_shown_in_scientific_notation():
+    assert charts.loss_text(0.0) == "0"
+    assert charts.loss_text(3.2e-6) == "3.20e-06"
+    assert charts.loss_text(0.6931) == "0.6931"
+    assert charts.loss_text(None) == "?"
+
+
+def test_runs_page_with_a_zero_final_loss_says_linear_scale(monkeypatch, results, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(results, root, ignore=shutil.ignore_patterns("jobs"))
+    for key in Store(root).run_keys():  # every run: whichever the page picks first ends at exactly 0
+        path = root / "runs" / key / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["loss_curve"] = [*manifest["loss_curve"][:-1], 0.0]
+        manifest["final_loss"] = 0.0
+        path.write_text(json.dumps(manifest))
+    at = render(monkeypatch, root, "runs")
+    assert not at.error
+    assert [m.value for m in at.metric if m.label == "final loss"] == ["0"]
+    assert any("one seed; linear scale (a loss of exactly 0" in c.value for c in at.caption)
+    loss = next(spec for spec in charts_on(at) if spec.get("name") == "loss")
+    assert loss["encoding"]["y"]["scale"]["type"] == "linear"
+    assert loss["encoding"]["y"]["title"].endswith("linear scale)")

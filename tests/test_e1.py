@@ -167,3 +167,14 @@ def test_demo_trainer_saves_a_loadable_checkpoint(tmp_path, monkeypatch):
     assert set(pd.read_parquet(tmp_path / "e1-demo.parquet")["task"]) == {"chain", "parity"}
     model = json.loads((tmp_path / "e1-demo.json").read_text())["model"]
     assert model["parameters"] == model["training"]["parameters"] == 414_209
+
+
+def test_the_readout_is_chosen_recorded_and_keyed(ckpt, tmp_path, capsys):
+    assert _run(ckpt, tmp_path) == 0
+    assert _run(ckpt, tmp_path, "--readout", "released") == 0  # another readout: recomputed, not served
+    assert "cached" not in capsys.readouterr().out.split("e1:")[-1]
+    manifest = json.loads((tmp_path / "e1-tiny.json").read_text())
+    assert manifest["tasks"]["chain"]["settings"]["readout"] == "released"
+    steps = pd.read_parquet(tmp_path / "e1-tiny.parquet").query("metric == 'exit_step'")
+    assert len(steps) and steps["value"].between(1, 5).all()
+    assert (steps["value"] <= steps["eval_loops"]).all()  # the released readout never reads past step n

@@ -10,7 +10,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution
+from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution, released_exit_steps
 from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, make_prompts, probe
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
@@ -271,3 +271,56 @@ def test_probe_dataframe(loaded):
     clash = [ProbePrompt("x = 1\nWhat is x? Answer:", " not 0", (" not 0", " not 1"))]
     with pytest.raises(ValueError, match="same token"):
         probe(model, tok, clash, n_loops=1)
+
+
+# ---------------------------------------------------------------- the released forward's early exit
+
+
+def exit_step_by_hand(lams: list[float], threshold: float, dtype: torch.dtype) -> int:
+    """The released rule, written out step by step: stop at the first step whose cumulative exit
+    probability reaches the threshold, every product and sum rounded to `dtype`; else the last step."""
+    cumulative, survive = torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)
+    for t, value in enumerate(lams, 1):
+        lam = torch.tensor(value, dtype=dtype)
+        cumulative = cumulative + lam * survive
+        survive = survive * (1 - lam)
+        if cumulative >= threshold:
+            return t
+    return len(lams)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_released_exit_steps_follow_the_rule_written_out(dtype):
+    g = torch.Generator().manual_seed(0)
+    lams = torch.cat([torch.rand(8, 200, generator=g), torch.full((8, 1), 0.9), torch.ones(8, 1), torch.zeros(8, 1)], 1)
+    lams = lams.to(dtype)
+    for threshold in (1.0, 0.9, 0.5):
+        got = released_exit_steps(lams, threshold)
+        want = [exit_step_by_hand(lams[:, b].tolist(), threshold, dtype) for b in range(lams.shape[1])]
+        assert got.tolist() == want
+    # lambda 0.99 every step: the cumulative 0.99, 0.9999, ... reaches 1.0 only by rounding: at step 2 in bf16
+    # (0.9883 + 0.0116 rounds to 1.0: the spacing below 1 is 1/256), at step 4 in float32 (1 - 1e-8 is 1.0)
+    assert released_exit_steps(torch.full((8, 1), 0.99).to(dtype), 1.0).item() == (2 if dtype == torch.bfloat16 else 4)
+    assert released_exit_steps(lams[:, -2:-1], 1.0).item() == 1  # a saturated gate stops at once
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_released_readout_on_checkpoints_with_saturated_gates(saved, tmp_path, dtype):
+    path, model = saved
+    prompts = make_prompts("parity", 8, seed=0)
+    for bias, stops_at in ((30.0, 1), (-30.0, None)):  # always exits at step 1 / never before the last
+        with torch.no_grad():
+            model.model.early_exit_gate.bias.fill_(bias)
+        model.save_pretrained(tmp_path / "gate")
+        AutoTokenizer.from_pretrained(path).save_pretrained(tmp_path / "gate")
+        m = AutoModelForCausalLM.from_pretrained(tmp_path / "gate", dtype=dtype).eval()
+        tok = AutoTokenizer.from_pretrained(tmp_path / "gate")
+        final = probe(m, tok, prompts, n_loops=4, readout="final")
+        released = probe(m, tok, prompts, n_loops=4, readout="released")
+        if stops_at == 1:  # every n reads step 1
+            assert (released["exit_step"] == 1).all()
+            assert (released["greedy_acc"] == final.loc[0, "greedy_acc"]).all()
+            assert (released["top_token_id"] == final.loc[0, "top_token_id"]).all()
+        else:
+            assert released["exit_step"].tolist() == [1, 2, 3, 4]
+            assert released[["greedy_acc", "top_token_id"]].equals(final[["greedy_acc", "top_token_id"]])

@@ -37,7 +37,7 @@ from engine.ouro.hub import load_model, model_key, resolve_model
 EXPERIMENT = "e1"
 PROMPT_SEED = 0
 BATCH_SIZE = 16  # part of the cache key: padding within a batch changes the low bits
-PROBE_VERSION = 2  # bump when the probe or the rows change meaning; old caches are then recomputed
+PROBE_VERSION = 3  # bump when the probe or the rows change meaning; old caches are then recomputed (3: readout, exit_step)
 MODES = {"norm": "norm", "none": "norm->none"}  # mode run -> boundary label (Ouro is trained with the norm)
 METRICS = {  # result metric -> engine.ouro.probe column
     "accuracy": "greedy_acc",
@@ -47,6 +47,7 @@ METRICS = {  # result metric -> engine.ouro.probe column
     "norm_pre": "norm_pre",
     "norm_post": "norm_post",
     "exit_prob": "exit_prob",
+    "exit_step": "exit_step",
     "forced_margin": "forced_margin",
     "option_rate": "option_rate",
 }  # plus norm_ratio: max/min of norm_post over steps 1..n
@@ -70,6 +71,7 @@ def task_settings(task: str, args, dtype: torch.dtype, device: str) -> dict:
         "dtype": str(dtype).removeprefix("torch."),
         "device_type": device,
         "batch_size": BATCH_SIZE,
+        "readout": getattr(args, "readout", "final"),
         "probe_version": PROBE_VERSION,
     }
 
@@ -127,7 +129,7 @@ def probe_task(model, tokenizer, settings: dict, key: str, trained_loops: int) -
     frames = {}
     for mode, label in MODES.items():
         with tqdm(total=len(prompts), desc=f"e1 {task} {label} n<={n_max}", unit="prompt") as bar:
-            frames[label] = P.probe(model, tokenizer, prompts, n_max, mode, BATCH_SIZE, progress=bar.update)
+            frames[label] = P.probe(model, tokenizer, prompts, n_max, mode, BATCH_SIZE, bar.update, settings["readout"])
     # every step-1 column but norm_post (by definition |Norm(pre)| in one mode and |pre| in the other)
     step1 = [f[f["step"] == 1].drop(columns=["boundary", "norm_post"]).reset_index(drop=True) for f in frames.values()]
     identity["rows_equal"] = bool(step1[0].equals(step1[1]))

@@ -91,6 +91,7 @@ class OuroLoopOutput:
     norm_post: Tensor  # (n, B) L2 norm of state_t, the state fed to the next step
     exit_probs: Tensor  # (n, B) float32, sums to 1 over steps
     gate_lambdas: Tensor  # (n, B) float32, sigmoid of the exit gate (does not depend on n)
+    gate_lambdas_native: Tensor  # (n, B) the same in the model's dtype, as the released forward computes it
 
 
 class OuroRMSNorm(nn.Module):
@@ -305,7 +306,7 @@ class OuroForCausalLM(OuroPreTrainedModel):
             last = T - 1 - attention_mask.long().flip(-1).argmax(-1).to(ref.device)
         rows = torch.arange(B, device=ref.device)
         gate = self.model.early_exit_gate
-        logits, pre_n, post_n, lambdas = [], [], [], []
+        logits, pre_n, post_n, lambdas, native = [], [], [], [], []
         steps = self.model.iter_steps(input_ids, attention_mask, n_loops, boundary, inputs_embeds)
         for pre, state, readout in steps:
             r = readout[rows, last]
@@ -314,6 +315,7 @@ class OuroForCausalLM(OuroPreTrainedModel):
             post_n.append(state[rows, last].float().norm(dim=-1))
             g = F.linear(r.float(), gate.weight.float(), gate.bias.float()).squeeze(-1)
             lambdas.append(torch.sigmoid(g))
+            native.append(torch.sigmoid(gate(r).squeeze(-1)))
         lam = torch.stack(lambdas)
         return OuroLoopOutput(
             logits=torch.stack(logits),
@@ -321,7 +323,24 @@ class OuroForCausalLM(OuroPreTrainedModel):
             norm_post=torch.stack(post_n),
             exit_probs=exit_distribution(lam),
             gate_lambdas=lam,
+            gate_lambdas_native=torch.stack(native),
         )
+
+
+def released_exit_steps(lam: Tensor, threshold: float) -> Tensor:
+    """The loop step (1-based) each row stops at under the released forward's early exit: step by step, as
+    the forward runs, in lam's dtype (every product and sum rounded there), the first step t whose cumulative
+    exit probability sum_{j<=t} lam_j prod_{i<j}(1 - lam_i) reaches `threshold`; else the last step. With
+    n steps available a row stops at min(that step, n). In bf16 the cumulative rounds to 1.0 early (0.999
+    is 1.0), and a saturated gate stops at step 1."""
+    n, B = lam.shape
+    stop = torch.full((B,), n, dtype=torch.long, device=lam.device)
+    cumulative, survive = torch.zeros_like(lam[0]), torch.ones_like(lam[0])
+    for t in range(n):
+        cumulative = cumulative + lam[t] * survive
+        survive = survive * (1 - lam[t])
+        stop = torch.where((cumulative >= threshold) & (stop == n), t + 1, stop)
+    return stop
 
 
 def exit_distribution(lam: Tensor) -> Tensor:

@@ -23,6 +23,8 @@ from typing import NamedTuple
 import pandas as pd
 import torch
 
+from engine.ouro.modeling import released_exit_steps
+
 TASKS = ("chain", "parity")
 DEFAULT_DIFFICULTY = {"chain": 3, "parity": 6}
 VARIABLES = "abcdefghjkmnpqrstuvwxyz"  # no i, l, o (look like digits)
@@ -30,8 +32,9 @@ CHAIN_OPTIONS = (" 0", " 1")
 PARITY_OPTIONS = (" even", " odd")
 COLUMNS = [
     "step", "n_loops", "boundary", "n_prompts", "greedy_acc", "forced_acc", "forced_margin",
-    "option_rate", "top_token", "top_token_id", "top_share", "norm_pre", "norm_post", "exit_prob",
+    "option_rate", "top_token", "top_token_id", "top_share", "norm_pre", "norm_post", "exit_prob", "exit_step",
 ]  # fmt: skip
+READOUTS = ("final", "released")  # the answer at loop step n itself, or where the released early exit stops
 
 
 class ProbePrompt(NamedTuple):
@@ -137,12 +140,18 @@ def probe(
     boundary: str = "norm",
     batch_size: int = 16,
     progress=None,
+    readout: str = "final",
 ) -> pd.DataFrame:
     """One row per loop step 1..n with the columns in COLUMNS (shares and accuracies in [0, 1]).
 
-    Prompts go through `fit_prompts` first. `progress`, if given, is called with the number of prompts
-    of each batch once that batch is done (e.g. a tqdm bar's `update`).
+    readout "final" reads the answer at step n itself (the loop run n times: what the study measures);
+    "released" reads it where the released forward's early exit stops within n steps (modeling.
+    released_exit_steps with the config's early_exit_threshold, in the model's dtype); `exit_step` is the
+    mean step read. Norms are always those of step n. Prompts go through `fit_prompts` first. `progress`,
+    if given, is called with the number of prompts of each batch once that batch is done.
     """
+    if readout not in READOUTS:
+        raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}.")
     if not prompts:
         raise ValueError("no prompts")
     prompts = fit_prompts(tokenizer, prompts)
@@ -154,12 +163,18 @@ def probe(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:
-        preds, option_logits, pre, post, exit_p = [], [], [], [], []
+        preds, option_logits, pre, post, exit_p, read_at = [], [], [], [], [], []
         for start in range(0, len(prompts), batch_size):
             batch = prompts[start : start + batch_size]
             enc = tokenizer([pr.prompt for pr in batch], return_tensors="pt", padding=True)
             out = model.loop_forward(enc["input_ids"].to(device), enc["attention_mask"].to(device), n_loops, boundary)
             lg = out.logits.float().cpu()  # (n, b, V), reduced at once to what we report
+            steps = torch.arange(lg.shape[0])[:, None].expand(-1, lg.shape[1])  # (n, b): the step each n reads
+            if readout == "released":
+                stop = released_exit_steps(out.gate_lambdas_native, model.config.early_exit_threshold).cpu()
+                steps = torch.minimum(steps, stop[None] - 1)
+                lg = lg.gather(0, steps[..., None].expand(-1, -1, lg.shape[-1]))
+            read_at.append(steps + 1)
             b_opts = opts[start : start + len(batch)]
             preds.append(lg.argmax(-1))
             option_logits.append(torch.gather(lg, 2, b_opts[None].expand(lg.shape[0], -1, -1)))
@@ -172,7 +187,7 @@ def probe(
         tokenizer.padding_side, tokenizer.pad_token = saved
     pred = torch.cat(preds, 1)  # (n, N)
     opt_lg = torch.cat(option_logits, 1)  # (n, N, 2)
-    pre, post, exit_p = torch.cat(pre, 1), torch.cat(post, 1), torch.cat(exit_p, 1)
+    pre, post, exit_p, read_at = torch.cat(pre, 1), torch.cat(post, 1), torch.cat(exit_p, 1), torch.cat(read_at, 1)
     right = opts[torch.arange(len(prompts)), correct]
     n_prompts = len(prompts)
     sign = 1.0 - 2.0 * correct.float()  # +1 if option 0 is correct
@@ -196,6 +211,7 @@ def probe(
                 "norm_pre": pre[t].mean().item(),
                 "norm_post": post[t].mean().item(),
                 "exit_prob": exit_p[t].mean().item(),
+                "exit_step": read_at[t].float().mean().item(),
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)
