@@ -287,6 +287,8 @@ def cmd_ouro(args) -> int:
 
     args.loops = parse_loops(args.loops)
     tasks = e1.validate(args)  # all input checked before the results folder is touched
+    if args.dry_run:
+        return e1.dry_run(args, tasks, device_of(args))
     return e1.cmd_ouro(args, tasks, device_of(args), open_store(args))
 
 
@@ -395,6 +397,17 @@ def cmd_dashboard(args) -> int:
     return subprocess.call(command, env=env)
 
 
+def cmd_report(args) -> int:
+    from engine.runtime import report
+
+    root = results_dir(args)
+    if not root.is_dir():
+        raise UsageError(f"no results folder {root}; run an experiment first (loopscope run e2 --preset cpu).")
+    path = report.write(Path(args.out), root, args.preset)
+    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
 def build_parser() -> Parser:
     common = Parser(add_help=False)
     common.add_argument("--results", help=f"results folder (default: $LOOPSCOPE_RESULTS or ./{DEFAULT_RESULTS})")
@@ -456,6 +469,7 @@ def build_parser() -> Parser:
         help="final (default, the study's): the answer at loop step n; released: where the released "
         "forward's early exit (config early_exit_threshold) stops within n steps",
     )  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="print what would be downloaded and run, and its cost")
     p.set_defaults(func=cmd_ouro)
 
     p = sub.add_parser("bench", parents=[common], help="measure every fast path against its baseline, as ratios")
@@ -488,6 +502,11 @@ def build_parser() -> Parser:
     p = sub.add_parser("dashboard", parents=[common], help="open the Streamlit dashboard")
     p.add_argument("--port", type=int, default=8501)
     p.set_defaults(func=cmd_dashboard)
+
+    p = sub.add_parser("report", parents=[common], help="write a static HTML report (claims, figures, provenance)")
+    p.add_argument("--out", required=True, help="folder for index.html (created)")
+    p.add_argument("--preset", help="the scale to report where its table exists (default: the largest present)")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -178,3 +178,17 @@ def test_the_readout_is_chosen_recorded_and_keyed(ckpt, tmp_path, capsys):
     steps = pd.read_parquet(tmp_path / "e1-tiny.parquet").query("metric == 'exit_step'")
     assert len(steps) and steps["value"].between(1, 5).all()
     assert (steps["value"] <= steps["eval_loops"]).all()  # the released readout never reads past step n
+
+
+def test_dry_run_says_what_and_how_long_and_writes_nothing(ckpt, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    results = tmp_path / "results"
+    assert (
+        main(["ouro", "--model", "ByteDance/Ouro-1.4B", "--dry-run", "--device", "cpu", "--results", str(results)]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "download from the Hugging Face Hub" in out and "1,434,652,673" in out and "5.3 GiB in float32" in out
+    assert "2000 forwards of n = 8" in out and "min on a 2-core CPU" in out
+    assert _run(ckpt, results, "--dry-run") == 0
+    assert "local folder" in capsys.readouterr().out
+    assert not results.exists()  # nothing downloaded, loaded or written

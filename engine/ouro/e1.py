@@ -32,12 +32,14 @@ import torch
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store, provenance
 from engine.errors import UsageError
 from engine.ouro import probe as P
-from engine.ouro.hub import load_model, model_key, resolve_model
+from engine.ouro.hub import load_model, model_key, plan, resolve_model
 
 EXPERIMENT = "e1"
 PROMPT_SEED = 0
 BATCH_SIZE = 16  # part of the cache key: padding within a batch changes the low bits
-PROBE_VERSION = 3  # bump when the probe or the rows change meaning; old caches are then recomputed (3: readout, exit_step)
+PROBE_VERSION = (
+    3  # bump when the probe or the rows change meaning; old caches are then recomputed (3: readout, exit_step)
+)
 MODES = {"norm": "norm", "none": "norm->none"}  # mode run -> boundary label (Ouro is trained with the norm)
 METRICS = {  # result metric -> engine.ouro.probe column
     "accuracy": "greedy_acc",
@@ -208,6 +210,10 @@ def cmd_ouro(args, tasks: list[str], device: str, store: Store) -> int:
 
     if todo:
         start = time.time()
+        need = plan(str(source.path), str(dtype).removeprefix("torch."), args.prompts, todo, max(args.loops))
+        if need["weights_gib"]:
+            print(f"e1: loading {need['parameters']:,} parameters: {need['weights_gib']:.1f} GiB of weights in "
+                  f"{str(dtype).removeprefix('torch.')}, plus activations", file=sys.stderr)  # fmt: skip
         model, tokenizer = load_model(source, device, dtype)
         trained = int(model.config.total_ut_steps)
         n_params = sum(p.numel() for p in model.parameters())
@@ -310,3 +316,24 @@ def report(table: pd.DataFrame, manifest: dict, tasks: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- CPU cost of the released size
+
+
+def dry_run(args, tasks: list[str], device: str) -> int:
+    """`loopscope ouro --dry-run`: what would be read or downloaded and run, the memory and the time it
+    should take on this project's CPU; nothing is downloaded, loaded or written."""
+    dtype = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")
+    p = plan(args.model, dtype, args.prompts, tasks, max(args.loops))
+    where = "in the Hub cache: " if p["hub"] and p["cached"] else "local folder: " if p["cached"] else ""
+    print(f"model: {p['model']} ({where}{p['source']})")
+    if p["parameters"]:
+        print(f"parameters: {p['parameters']:,}; weights {p['weights_gib']:.1f} GiB in {dtype}")
+    else:
+        print("parameters: unknown until its config is downloaded")
+    print(f"runs: {len(tasks)} task(s) x {args.prompts} prompts x 2 modes = {p['forwards']} forwards of "
+          f"n = {max(args.loops)} loops on {device}, {dtype}")  # fmt: skip
+    if p["estimated_s"] and device == "cpu":
+        t = p["estimated_s"]
+        took = f"{t / 60:.0f} min" if t >= 90 else f"{t:.0f} s"
+        print(f"time here: about {took} on a 2-core CPU like this project's (README, E1 on this CPU), plus "
+              "loading; a GPU takes seconds")  # fmt: skip
+    return 0

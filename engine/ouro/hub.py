@@ -201,3 +201,57 @@ def load_model(source: ModelSource, device: str, dtype: torch.dtype):
 
 def _first_line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+# ---------------------------------------------------------------- what a probe will cost, before anything loads
+
+RELEASED_PARAMS = {"ByteDance/Ouro-1.4B": 1_434_652_673, "ByteDance/Ouro-2.6B": 2_667_974_657}  # SPEC §1
+# seconds per prompt for one n = 8 forward of a 1.4B model on this project's 2-core CPU, batch 16
+# (README, "E1 on this CPU": fp32 4.10 s at batch 4, bf16 0.95 s); other sizes and n scale linearly
+SECONDS_PER_PROMPT_1B4_N8 = {"float32": 4.10, "bfloat16": 0.95}
+
+
+def config_params(config: dict) -> int:
+    """Parameters of an Ouro checkpoint from its config: embeddings, untied head, the layers (four RMSNorms,
+    attention, SwiGLU MLP, no biases), the final norm and the exit gate (with its bias)."""
+    d, f, v, layers = (config[k] for k in ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers"))
+    return 2 * v * d + layers * (4 * d * d + 3 * d * f + 4 * d) + d + (d + 1)
+
+
+def locate(spec: str) -> tuple[Path | None, bool]:
+    """Where the checkpoint is without downloading anything: (folder or None, whether it is a Hub id)."""
+    local = Path(spec).expanduser()
+    if local.exists() or looks_like_path(spec):
+        return (local if local.is_dir() else None), False
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(spec, allow_patterns=DOWNLOAD_PATTERNS, local_files_only=True)), True
+    except Exception:  # not cached (or not a valid id: the real run says which)
+        return None, True
+
+
+def plan(spec: str, dtype: str, prompts: int, tasks: list[str], n_max: int) -> dict:
+    """What `loopscope ouro` will read or download, the memory the weights take, and the time it should take
+    on this project's CPU (modes x tasks x prompts forwards of n_max loops)."""
+    path, is_hub = locate(spec)
+    params = None
+    if path is not None and (path / "config.json").is_file():
+        params = config_params(json.loads((path / "config.json").read_text()))
+    params = params or RELEASED_PARAMS.get(spec)
+    bytes_per = {"float32": 4, "bfloat16": 2}[dtype]
+    forwards = 2 * len(tasks) * prompts
+    seconds = None
+    if params:
+        seconds = forwards * SECONDS_PER_PROMPT_1B4_N8[dtype] * params / RELEASED_PARAMS["ByteDance/Ouro-1.4B"]
+        seconds *= n_max / 8
+    return {
+        "model": spec,
+        "source": str(path) if path else f"download from the Hugging Face Hub ({', '.join(DOWNLOAD_PATTERNS)})",
+        "cached": path is not None,
+        "hub": is_hub,
+        "parameters": params,
+        "weights_gib": params * bytes_per / 2**30 if params else None,
+        "forwards": forwards,
+        "estimated_s": seconds,
+    }

@@ -1,0 +1,89 @@
+"""`loopscope report`: one self-contained HTML page of the shipped results, opened from disk in Chromium with
+networking off: every figure (inline SVG) draws with a nonzero size, and every claim of the engine has a card."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from engine.cli import main
+from engine.experiments import REGISTRY
+
+SHIPPED = Path(__file__).resolve().parents[1] / "cached_results"
+CHROMIUM = Path("/usr/bin/chromium")
+PRESET = "cpu-1layer"
+
+pytestmark = pytest.mark.skipif(not (SHIPPED / "e2-cpu-1layer.parquet").exists(), reason="no shipped results")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    assert main(["report", "--out", str(out), "--results", str(SHIPPED)]) == 0
+    return out / "index.html"
+
+
+def expected_claims() -> list[dict]:
+    found = []
+    for experiment, module in REGISTRY.items():
+        path = SHIPPED / f"{experiment}-{PRESET}.parquet"
+        if path.exists():
+            rows = pd.read_parquet(path)
+            trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
+            found += module.claims(module.summarize(rows, PRESET), trained)
+    return found
+
+
+def test_the_report_is_one_self_contained_file(report):
+    text = report.read_text()
+    assert list(report.parent.iterdir()) == [report]
+    for outside in ("<script", "<link", "src=", "@import", "url("):
+        assert outside not in text, outside
+    assert text.count('class="card claim') == len(expected_claims()) >= 12
+    assert "Provenance" in text and "loopscope run e2 --preset cpu-1layer" in text
+    assert "could not" not in text
+
+
+def test_the_report_renders_offline_in_chromium(report):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the pip package `playwright` is not installed")
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium")
+    requested = []
+    with sync_api.sync_playwright() as p:
+        args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        try:
+            context = browser.new_context(offline=True, viewport={"width": 1300, "height": 1000})
+            context.route("**/*", lambda route: (requested.append(route.request.url), route.continue_()))
+            page = context.new_page()
+            page.goto(report.as_uri())
+            boxes = page.eval_on_selector_all(
+                "figure svg", "els => els.map(e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height])"
+            )
+            marks = page.eval_on_selector_all("figure svg", "els => els.map(e => e.querySelectorAll('path').length)")
+            cards = page.locator(".card.claim").count()
+            titles = page.locator("figure h3").all_inner_texts()
+        finally:
+            browser.close()
+    assert [u for u in requested if not u.startswith("file://")] == []  # nothing but the file itself
+    assert len(boxes) == len(titles) >= 10
+    for title, (width, height), paths in zip(titles, boxes, marks, strict=True):
+        assert width > 100 and height > 100 and paths > 3, (title, width, height, paths)
+    assert cards == len(expected_claims())
+    for prefix in ("E1 ·", "E2 ·", "E3 ·", "E4 ·"):
+        assert any(t.startswith(prefix) for t in titles), prefix
+
+
+def test_the_overview_offers_the_same_report(monkeypatch, report):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(SHIPPED))
+    app = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+    at = AppTest.from_file(app, default_timeout=120).run()
+    assert not at.exception
+    (button,) = [b for b in at.get("download_button") if b.proto.label == "Download report"]
+    from dashboard import data
+
+    offered = data.report_html()  # what the button's callable returns (rendered on click)
+    drop_date = lambda t: t.split("written", 1)[0] + t.split("UTC.", 1)[1]  # noqa: E731  (the time it was written)
+    assert drop_date(offered.decode()) == drop_date(report.read_text())
