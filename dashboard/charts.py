@@ -234,15 +234,42 @@ def delta_chart(
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
 
 
+def loss_scale(curve: pd.DataFrame) -> str:
+    """`log` where every loss is positive and finite, else `linear`: a log scale cannot place a loss of exactly 0
+    (the curve collapses onto the top edge and the axis loses its ticks and title)."""
+    loss = pd.to_numeric(curve["loss"], errors="coerce") if "loss" in curve else pd.Series(dtype=float)
+    finite = loss[loss.notna() & (loss.abs() != float("inf"))]
+    return "log" if len(finite) and bool((finite > 0).all()) else "linear"
+
+
+def loss_text(loss) -> str:
+    """A loss for a reader: 4 decimals, scientific notation below 1e-3 (never `0.0000` for a tiny loss)."""
+    try:
+        value = float(loss)
+    except (TypeError, ValueError):
+        return "?"
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if value == 0:
+        return "0"
+    return f"{value:.4f}" if abs(value) >= 1e-3 else f"{value:.2e}"
+
+
 def loss_chart(curve: pd.DataFrame) -> alt.Chart:
-    """Training loss per step (the manifest's subsampled curve), log scale."""
+    """Training loss per step (the manifest's subsampled curve): log scale, or linear where a loss is 0
+    (loss_scale); non-finite losses are dropped (they cannot be placed on either scale)."""
+    loss = pd.to_numeric(curve["loss"], errors="coerce")
+    curve = curve[loss.notna() & (loss.abs() != float("inf"))]
+    scale = loss_scale(curve)
+    y_scale = alt.Scale(type="log") if scale == "log" else alt.Scale(type="linear", zero=True)
+    title = f"training loss (cross-entropy, nats; {scale} scale)"
     return (
         alt.Chart(curve)
         .mark_line(color="#0072B2")
         .encode(
             x=alt.X("step:Q", title="training step"),
-            y=alt.Y("loss:Q", scale=alt.Scale(type="log"), title="training loss (cross-entropy, nats)"),
-            tooltip=["step:Q", alt.Tooltip("loss:Q", format=".4f")],
+            y=alt.Y("loss:Q", scale=y_scale, title=title),
+            tooltip=["step:Q", alt.Tooltip("loss:Q", format=".4~g")],
         )
         .properties(width=WIDTH, height=HEIGHT, name="loss", autosize=AUTOSIZE)
     )

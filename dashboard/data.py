@@ -11,7 +11,6 @@ damaged or unreadable file becomes a message on the page, never a traceback.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,15 +18,28 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from dashboard import report
+from dashboard.report import SCALE_ORDER, TABLE_NAME  # one definition, shared with the static report
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store
 from engine.experiments import REGISTRY, e2, e3, e4
+from engine.runtime import jobs
 
-TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
-SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
 SUMMARY_LEVELS = ("in-range mean", "beyond-range mean", "all difficulties mean")
 ENGINE_LEVELS = dict(zip(SUMMARY_LEVELS, e3.LEVELS, strict=True))  # the page's choice -> the engine's level
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _report_html(root: str, preset_name: str | None, state: tuple) -> bytes:
+    return report.html(Path(root), preset_name).encode()
+
+
+def report_html(preset_name: str | None = None) -> bytes:
+    """The static report (dashboard.report) of the results folder, as `loopscope report` writes it; rebuilt
+    when a table changes."""
+    root = results_root()
+    return _report_html(str(root), preset_name, _tables_state(root))
 
 
 def results_root() -> Path:
@@ -382,3 +394,45 @@ def loss_curve(manifest: dict) -> pd.DataFrame:
     curve = manifest.get("loss_curve") or []
     stride = max(1, int(manifest.get("steps") or len(curve)) // 100)
     return pd.DataFrame({"step": [1 + i * stride for i in range(len(curve))], "loss": curve})
+
+
+# ---------------------------------------------------------------- jobs: from a job to its results
+
+EXPERIMENT_PAGES = {"e2": "accuracy.py", "e3": "refit.py", "e4": "stacked.py", "e1": "ouro.py"}
+
+
+def job_results(spec: dict | None) -> dict:
+    """Where a finished job's results are shown: {"runs": run keys, "experiment": e2/e3/e4 or None,
+    "preset": its preset or None}. The run keys are the spec's own (RunConfig.run_key per seed), not its group's."""
+    found = {"runs": [], "experiment": None, "preset": None}
+    try:
+        parsed = jobs.spec_from_dict(spec or {})
+    except Exception:  # an older or damaged spec: no links, never a crash
+        return found
+    if isinstance(parsed, jobs.TrainSpec):
+        found["runs"] = [parsed.config.run_key(s) for s in parsed.seeds]
+    elif isinstance(parsed, jobs.ExperimentSpec):
+        found["experiment"], found["preset"] = parsed.experiment, parsed.preset
+    else:
+        found["runs"] = [parsed.run_key]
+        try:
+            experiment = Store(results_root()).manifest(parsed.run_key).get("experiment")
+        except CorruptRun:
+            experiment = None
+        if experiment in EXPERIMENT_PAGES:
+            found["experiment"] = experiment
+            tables = presets(experiment)
+            found["preset"] = tables[0] if tables else None
+    return found
+
+
+def log_tail(root: Path, jid: str, lines: int = 20) -> str:
+    """The last lines of <root>/jobs/<jid>.log (the worker's output), or '' where there is none."""
+    try:
+        path = jobs.job_file(root, jid, ".log")
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - 64_000))  # a long training log: read only its end
+            text = f.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -398,7 +398,7 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from engine.runtime import report
+    from dashboard import report  # the top layer may reach the dashboard, as cmd_dashboard does
 
     root = results_dir(args)
     if not root.is_dir():

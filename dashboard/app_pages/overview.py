@@ -69,6 +69,19 @@ st.markdown(
     "claim of the paper: its figure, ours from the cached results, the scale it was measured at, and a verdict."
 )
 
+if data.catalog():
+    st.download_button(
+        "Download report",
+        data=lambda: data.report_html(),
+        file_name="loopscope-report.html",
+        mime="text/html",
+        key="report",
+        on_click="ignore",
+        icon=":material/download:",
+        help="One self-contained HTML page: these claim cards, every figure (SVG), provenance and the commands "
+        "that reproduce it; the same page as `loopscope report --out DIR`.",
+    )
+
 st.header("E2 · norm vs none, from scratch")
 preset = ui.pick_preset("e2")
 if preset == "cpu-1layer":

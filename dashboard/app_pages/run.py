@@ -4,6 +4,7 @@ finished results land in the results folder, where every page's cache sees them 
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import streamlit as st
 
@@ -18,6 +19,13 @@ STATE_ICONS = {
     "failed": ":material/error:", "cancelled": ":material/cancel:", "lost": ":material/help:",
     "corrupt": ":material/warning:", "missing": ":material/help:",
 }  # fmt: skip
+PAGES = Path(__file__).resolve().parent
+EXPERIMENT_TITLES = {
+    "e2": "Accuracy vs depth",
+    "e3": "Readout refit (E3)",
+    "e4": "Looped vs stacked (E4)",
+    "e1": "Ouro",
+}
 
 root = data.results_root()
 st.title("Run")
@@ -115,8 +123,35 @@ def show_job(job: jobs.Job) -> None:
             eta = f" · about {math.ceil(job.eta_s)} s left" if job.active and job.eta_s is not None else ""
             st.progress(min(1.0, job.step / job.total), text=f"step {job.step} of {job.total}{loss}{eta}")
         st.caption(job.message + (f" (started {job.launches} times: resumed)" if job.launches > 1 else ""))
+        if job.state == "done":
+            result_links(job)
+        elif job.state in ("failed", "lost"):
+            tail = data.log_tail(root, job.job_id)
+            st.caption(f"The last lines of `{jobs.job_file(root, job.job_id, '.log')}`:" if tail else "No log.")
+            if tail:
+                st.code(tail, language="text")
         if job.active and not jobs.read_only():
             st.button("Cancel", key=f"cancel-{job.job_id}", on_click=jobs.cancel, args=(job.job_id, root))
+
+
+def result_links(job: jobs.Job) -> None:
+    """A finished job's results: its runs on the Runs page (the run key in the URL) and the experiment page it fed."""
+    found = data.job_results(job.spec)
+    links = [
+        {"page": PAGES / "runs.py", "label": f"Run {key} on the Runs page", "query_params": {"run": key}}
+        for key in found["runs"][:8]
+    ]
+    experiment = found["experiment"]
+    if experiment and not found["runs"]:  # an experiment job: all its runs, filtered on the Runs page
+        links.append(
+            {"page": PAGES / "runs.py", "label": f"{experiment}'s runs", "query_params": {"experiments": experiment}}
+        )
+    if experiment in data.EXPERIMENT_PAGES and data.presets(experiment):
+        params = {"preset": found["preset"]} if found["preset"] and len(data.presets(experiment)) > 1 else {}
+        page = PAGES / data.EXPERIMENT_PAGES[experiment]
+        links.append({"page": page, "label": f"{EXPERIMENT_TITLES[experiment]} ({experiment})", "query_params": params})
+    for link in links:
+        st.page_link(**link, icon=":material/arrow_forward:")
 
 
 def job_list() -> None:

@@ -25,7 +25,7 @@ if len(experiments) > 1:
     table = table[table["experiment"].isin(chosen)]
 st.caption(f"{len(table)} runs under `{data.results_root()}`: provenance from each run's manifest.json.")
 st.dataframe(
-    table, hide_index=True, width="stretch", column_config={"final loss": st.column_config.NumberColumn(format="%.4f")}
+    table, hide_index=True, width="stretch", column_config={"final loss": st.column_config.NumberColumn(format="%.4g")}
 )
 if table.empty:
     st.stop()
@@ -44,7 +44,7 @@ model, train = cfg.get("model", {}), cfg.get("train", {})
 facts = st.columns(4)
 facts[0].metric("trained budget T", model.get("trained_loops", "?"))
 facts[1].metric("steps", manifest.get("steps", "?"))
-facts[2].metric("final loss", f"{manifest.get('final_loss', float('nan')):.4f}")
+facts[2].metric("final loss", charts.loss_text(manifest.get("final_loss")))
 facts[3].metric(
     "wall time",
     f"{manifest.get('wall_time_s', float('nan')):.1f} s",
@@ -77,7 +77,9 @@ with loss_col:
     if curve.empty:
         st.info("The manifest holds no loss curve.")
     else:
-        caption = f"Subsampled every {max(1, int(manifest.get('steps') or 1) // 100)} steps; one seed; log scale."
+        scale = charts.loss_scale(curve)
+        caption = f"Subsampled every {max(1, int(manifest.get('steps') or 1) // 100)} steps; one seed; {scale} scale"
+        caption += "." if scale == "log" else " (a loss of exactly 0 has no place on a log scale)."
         ui.figure(charts.loss_chart(curve), curve, f"run-{key}-loss", caption)
 
 if not jobs.read_only():
