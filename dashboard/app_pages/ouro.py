@@ -73,6 +73,15 @@ st.caption(
     f"created {manifest.get('created', '?')}."
 )
 rows, task, difficulty = views.task_and_difficulty(table.rows)
+readout = manifest.get("tasks", {}).get(task, {}).get("settings", {}).get("readout", "final")
+st.caption(
+    f"Readout: **{readout}** — "
+    + (
+        "the answer at loop step n (the loop run n times, as the paper runs it)."
+        if readout == "final"
+        else "where the released forward's early exit stops within n steps (metric exit_step: the mean step read)."
+    )
+)
 identity = manifest.get("tasks", {}).get(task, {}).get("n1_identity", {})
 if identity:
     verdict = "passed" if identity.get("passed") else "FAILED"
