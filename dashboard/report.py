@@ -1,0 +1,331 @@
+"""The static report: one self-contained HTML page (claim cards, every figure as inline SVG, provenance, commands).
+
+No Streamlit in here (`loopscope report` in engine/cli.py and the overview's download both call it): the tables
+are read from the results folder, summarised by the engine (REGISTRY[e].summarize / claims, engine.core.stats) and
+drawn by dashboard.charts, converted to SVG offline (vl_convert). The page loads nothing from the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html as htmllib
+import json
+import re
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from dashboard import charts
+from engine import paper
+from engine.core import stats
+from engine.core.presets import train_ranges
+from engine.experiments import REGISTRY, e3, e4
+
+TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
+SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
+TITLES = {"e1": "E1 · released Ouro weights", "e2": "E2 · norm vs none, from scratch",
+          "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked"}  # fmt: skip
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
+color:#1a1a1a;line-height:1.45}
+h1{font-size:1.7em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:12px}
+.card{border:1px solid #ccc;border-radius:8px;padding:10px 14px}
+.badge{display:inline-block;border-radius:10px;padding:1px 9px;font-size:.85em;font-weight:600;margin-left:.4em}
+.yes{background:#d8f0dc;color:#145a23}.no{background:#f8d7d5;color:#7c1d16}.none{background:#e6e6e6;color:#333}
+figure{margin:1.4em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#444}
+table{border-collapse:collapse;font-size:.88em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+pre{background:#f5f5f5;padding:10px;overflow-x:auto}
+"""
+
+
+def catalog(root: Path) -> dict[str, list[str]]:
+    """{experiment: the presets at which its table exists under root, largest first}."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(Path(root).glob("e*-*.parquet")) if Path(root).is_dir() else []:
+        if m := TABLE_NAME.match(path.name):
+            found.setdefault(m.group(1), []).append(m.group(2))
+    order = {n: i for i, n in enumerate(SCALE_ORDER)}
+    return {e: sorted(p, key=lambda n: (order.get(n, len(order)), n)) for e, p in sorted(found.items())}
+
+
+def chosen_tables(root: Path, preset_name: str | None = None) -> dict[str, str]:
+    """{experiment: preset}: the given preset where its table exists, else the largest present."""
+    return {e: preset_name if preset_name in p else p[0] for e, p in catalog(root).items()}
+
+
+def _esc(text) -> str:
+    return htmllib.escape(str(text))
+
+
+def _md(text) -> str:
+    """The engine's claim texts use `code` and **bold**: keep those, escape the rest."""
+    text = _esc(text)
+    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
+def _svg(chart) -> str:
+    svg = charts.to_svg(chart).decode()
+    return svg[svg.index("<svg") :]  # no XML prolog inside HTML
+
+
+# ---------------------------------------------------------------- claims
+
+
+def claims(experiment: str, rows: pd.DataFrame, preset_name: str) -> tuple[list[dict] | None, str | None]:
+    """REGISTRY[experiment].claims on its summary (None where the engine gives no verdicts), or a problem."""
+    module = REGISTRY.get(experiment)
+    if module is None:
+        return None, None
+    try:
+        trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
+        return module.claims(module.summarize(rows, preset_name), trained), None
+    except Exception as e:  # too small or too odd a table: a sentence in the report
+        return [], f"{experiment}-{preset_name}.parquet could not be summarised ({type(e).__name__}: {e})"
+
+
+def card_html(title: str, claim: dict, scale: str) -> str:
+    verdict = bool(claim.get("reproduced"))
+    badge = f'<span class="badge {"yes" if verdict else "no"}">{"reproduced" if verdict else "not reproduced"}</span>'
+    return (
+        f'<div class="card claim" data-verdict="{"yes" if verdict else "no"}"><b>{_esc(title)}</b>{badge}'
+        f"<p>{_md(claim.get('text', ''))}</p><p><b>Paper:</b> {_md(claim.get('paper', ''))}<br>"
+        f"<b>Measured:</b> {_md(claim.get('measured', ''))}<br><b>Scale:</b> {_esc(scale)}</p></div>"
+    )
+
+
+# ---------------------------------------------------------------- figures: (title, chart, caption)
+
+
+def _in_range(rows: pd.DataFrame, preset_name: str) -> pd.DataFrame:
+    ranges = train_ranges(preset_name, rows["task"].unique())
+    inside = [d in ranges.get(t, ()) for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
+    return rows[inside] if any(inside) else rows
+
+
+def _mode_curves(rows: pd.DataFrame, metric: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
+    per_seed = stats.seed_means(rows, metric, ["arch", "boundary", "eval_loops"])
+    curve = stats.mean_ci(per_seed, ["arch", "boundary", "eval_loops"])
+    archs = sorted(rows["arch"].unique())
+
+    def label(f: pd.DataFrame) -> pd.DataFrame:
+        return f.assign(
+            series=[charts.series_label(a, b, archs) for a, b in zip(f["arch"], f["boundary"], strict=True)]
+        )
+
+    return label(curve), label(per_seed)
+
+
+def e2_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
+    out = []
+    for task in sorted(rows["task"].unique()):
+        part = _in_range(rows[(rows["task"] == task) & (rows["arch"] == "looped")], preset_name)
+        curve, per_seed = _mode_curves(part)
+        T = int(part["trained_loops"].max())
+        chart = charts.curves(curve, "eval_loops", charts.N_TITLE, "accuracy (fraction correct)",
+                              budgets=charts.budget_rules(T), chance=charts.CHANCE)  # fmt: skip
+        n = int(per_seed.groupby("series")["seed"].nunique().min())
+        out.append((f"E2 · {task}: accuracy per n (in-range difficulties)", chart,
+                    charts.caption(n, curve["ci_method"], charts.CHANCE)))  # fmt: skip
+        pair = per_seed[per_seed["boundary"].isin(["norm", "none"])]
+        if {"norm", "none"} <= set(pair["boundary"]):
+            summary = stats.summarize_modes(pair, group_cols=("eval_loops",), mode_col="boundary", a="norm", b="none")
+            chart = charts.delta_chart(summary, "eval_loops", charts.N_TITLE, charts.budget_rules(T))
+            what = "Positive: `none` better. Cliff's δ over seeds with its 95% bootstrap CI (summarize_modes)."
+            out.append((f"E2 · {task}: Cliff's δ per n, none vs norm", chart, what))
+    return out
+
+
+def e3_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
+    summary, out = e3.summarize(rows, preset_name), []
+    references = pd.DataFrame(
+        {
+            "x": [None, None],
+            "y": [paper.HEAD_LAST_REFIT_RECOVERY, paper.HEAD_REFIT_RECOVERY],
+            "label": ["paper: head + last layer, full recovery", "paper: head alone ≈ 1/3"],
+        }
+    )
+    for task in sorted(summary["task"].unique()):
+        T = int(rows.loc[(rows["task"] == task) & (rows["arch"] == "looped"), "trained_loops"].max())
+        at_t = summary[
+            (summary["task"] == task) & (summary["eval_loops"] == T) & (summary["refit_target"] != e3.ORIGINAL)
+        ]
+        if not at_t["mean"].notna().any():
+            continue
+        chart = charts.curves(at_t.rename(columns={"refit_target": "series"}), "refit_steps",
+                              "readout refit steps (optimizer steps)", "recovery (fraction regained)",
+                              references=references, y_domain=None, legend_title="refit target")  # fmt: skip
+        n = int(at_t["n"].min())
+        what = f"{task}, n = T = {T}, in-range mean (e3.summarize). Black rules: the paper's levels. "
+        out.append((f"E3 · {task}: recovery per refit step", chart, charts.caption(n, at_t["ci_method"], None, what)))
+    return out
+
+
+def e4_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
+    out = []
+    x, x_title = charts.X_AXES["ratio"]
+    for task in sorted(rows["task"].unique()):
+        curve = e4.curves(rows[rows["task"] == task], "ratio", "accuracy")
+        for mode in ("norm", "none"):
+            part = curve[curve["mode"] == mode]
+            if part.empty:
+                continue
+            part = part.rename(columns={"x": x}).assign(series=[f"{a}, {mode}" for a in part["arch"]])
+            chart = charts.curves(part, x, x_title, "accuracy (fraction correct)", chance=charts.CHANCE,
+                                  budgets=charts.budget_rules(1.0, "n = T"), legend_title="model, mode")  # fmt: skip
+            what = f"{task}, all difficulties, mode {mode} (e4.curves). "
+            cap = charts.caption(int(part["n"].min()), part["ci_method"], charts.CHANCE, what)
+            out.append((f"E4 · {task}: looped vs stacked at matched n / T, mode {mode}", chart, cap))
+    return out
+
+
+def e1_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
+    out = []
+    for task in sorted(rows["task"].unique()):
+        curve, _ = _mode_curves(rows[rows["task"] == task])
+        T = int(rows["trained_loops"].max())
+        chart = charts.curves(curve, "eval_loops", charts.N_TITLE, "accuracy (fraction correct)",
+                              budgets=charts.budget_rules(T), chance=charts.CHANCE)  # fmt: skip
+        what = f"E1 table `e1-{preset_name}`: {task}, all difficulties. A demonstration unless the slug names Ouro. "
+        cap = charts.caption(int(curve["n"].min()), curve["ci_method"], charts.CHANCE, what)
+        out.append((f"E1 · {task}: accuracy per n", chart, cap))
+    return out
+
+
+FIGURES = {"e1": e1_figures, "e2": e2_figures, "e3": e3_figures, "e4": e4_figures}
+
+
+# ---------------------------------------------------------------- provenance and commands
+
+
+def provenance(root: Path, tables: dict[str, str], frames: dict[str, pd.DataFrame]) -> tuple[list[str], list[list]]:
+    """From the run manifests where the runs are present (commit, machine, device, runs), else from the tables."""
+    manifests = []
+    for path in sorted((Path(root) / "runs").glob("*/manifest.json")):
+        try:
+            manifests.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    if manifests:
+        frame = pd.DataFrame(
+            {
+                "experiment": [m.get("experiment", "") for m in manifests],
+                "commit": [
+                    str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else "") for m in manifests
+                ],
+                "machine": [(m.get("machine") or {}).get("cpu", m.get("host", "")) for m in manifests],
+                "device": [m.get("device", "") for m in manifests],
+                "created": [m.get("created", "") for m in manifests],
+            }
+        )
+        grouped = frame.groupby(["experiment", "commit", "machine", "device"], as_index=False).agg(
+            runs=("created", "size"), first=("created", "min"), last=("created", "max")
+        )
+        return list(grouped.columns), grouped.to_numpy().tolist()
+    header = ["table", "rows", "runs", "seeds", "tasks", "sha256 (first 16)", "written (UTC)"]
+    body = []
+    for experiment, preset_name in tables.items():
+        path = Path(root) / f"{experiment}-{preset_name}.parquet"
+        rows = frames[experiment]
+        seeds = sorted(int(s) for s in rows["seed"].unique())
+        body.append([path.name, len(rows), rows["run_key"].nunique(), f"{len(seeds)} ({seeds[0]}–{seeds[-1]})",
+                     ", ".join(sorted(rows["task"].unique())), hashlib.sha256(path.read_bytes()).hexdigest()[:16],
+                     time.strftime("%Y-%m-%d %H:%M", time.gmtime(path.stat().st_mtime))])  # fmt: skip
+    for experiment, preset_name in tables.items():  # E1: the probe manifest names the model and its commit
+        probe = Path(root) / f"{experiment}-{preset_name}.json"
+        if experiment == "e1" and probe.is_file():
+            try:
+                m = json.loads(probe.read_text())
+                body.append([probe.name, "—", "—", "—", f"model {m.get('model', {}).get('spec', '?')}",
+                             f"commit {str(m.get('git_commit', '?'))[:10]}", m.get("created", "")])  # fmt: skip
+            except (OSError, ValueError):
+                pass
+    return header, body
+
+
+def commands(tables: dict[str, str], frames: dict[str, pd.DataFrame], out: str = "report") -> list[str]:
+    lines = ["pip install -e ."]
+    for experiment, preset_name in tables.items():
+        rows = frames[experiment]
+        seeds = sorted(int(s) for s in rows["seed"].unique())
+        span = f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+        tasks = ",".join(sorted(rows["task"].unique()))
+        if experiment in REGISTRY:
+            lines.append(f"loopscope run {experiment} --preset {preset_name} --seeds {span} --tasks {tasks}")
+        elif experiment == "e1":
+            lines.append(f"loopscope ouro --model <checkpoint for {preset_name}> --task {tasks}")
+    presets = set(tables.values())
+    return [*lines, f"loopscope report --out {out}" + (f" --preset {presets.pop()}" if len(presets) == 1 else "")]
+
+
+def _table_html(header: list[str], body: list[list]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    rows = "".join("<tr>" + "".join(f"<td>{_esc(v)}</td>" for v in r) + "</tr>" for r in body)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+# ---------------------------------------------------------------- the page
+
+
+def html(root: Path, preset_name: str | None = None) -> str:
+    """The report for the tables under root (at preset_name where present, else the largest of each)."""
+    root = Path(root)
+    tables = chosen_tables(root, preset_name)
+    parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{_esc(root)}</code>, written "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Each card is one claim of the paper: its figure, "
+             "the measured one, and a verdict by the study's rules (README, “Verdict rules”).</p>"]  # fmt: skip
+    if not tables:
+        parts.append(f"<p>No experiment tables under <code>{_esc(root)}</code>: run <code>loopscope run e2 "
+                     "--preset cpu</code> first.</p>")  # fmt: skip
+    frames, figures, problems = {}, [], []
+    for experiment, preset_name_ in tables.items():
+        try:
+            frames[experiment] = pd.read_parquet(root / f"{experiment}-{preset_name_}.parquet")
+        except Exception as e:
+            problems.append(f"{experiment}-{preset_name_}.parquet could not be read ({type(e).__name__})")
+    tables = {e: p for e, p in tables.items() if e in frames}
+    parts.append("<h2>Claims</h2>")
+    for experiment, preset_name_ in tables.items():
+        rows = frames[experiment]
+        found, problem = claims(experiment, rows, preset_name_)
+        problems += [problem] if problem else []
+        seeds = sorted(int(s) for s in rows["seed"].unique())
+        scale = f"{experiment}-{preset_name_}.parquet: {preset_name_} preset, {len(seeds)} seed(s)"
+        parts.append(f"<h3>{_esc(TITLES.get(experiment, experiment))}</h3>")
+        if found is None:
+            parts.append(f"<p>No verdicts: the engine gives none for {experiment} ({_esc(scale)}).</p>")
+            continue
+        cards = [
+            card_html(f"{TITLES.get(experiment, experiment)} ({c['claim']}) · {c['task']}", c, scale) for c in found
+        ]
+        parts.append(f'<div class="cards">{"".join(cards)}</div>')
+    for problem in problems:
+        parts.append(f'<p class="problem"><b>Problem:</b> {_esc(problem)}</p>')
+    parts.append("<h2>Figures</h2>")
+    for experiment, preset_name_ in tables.items():
+        try:
+            figures += FIGURES[experiment](frames[experiment], preset_name_) if experiment in FIGURES else []
+        except Exception as e:
+            parts.append(f"<p class='problem'>{experiment}: figures could not be drawn ({_esc(type(e).__name__)}: "
+                         f"{_esc(e)})</p>")  # fmt: skip
+    for title, chart, caption in figures:
+        parts.append(f'<figure class="figure"><h3>{_esc(title)}</h3>{_svg(chart)}<figcaption>{_md(caption)}'
+                     "</figcaption></figure>")  # fmt: skip
+    if tables:
+        header, body = provenance(root, tables, frames)
+        parts.append(f"<h2>Provenance</h2>{_table_html(header, body)}")
+        parts.append("<h2>Reproduce</h2><pre>" + _esc("\n".join(commands(tables, frames))) + "</pre>")
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>loopscope report</title>'
+            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip
+
+
+def write(out: Path, root: Path, preset_name: str | None = None) -> Path:
+    """Write <out>/index.html; return its path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "index.html"
+    path.write_text(html(root, preset_name), encoding="utf-8")
+    return path
