@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -20,12 +19,19 @@ import pandas as pd
 from engine.core.presets import PRESETS, RunConfig, preset
 from engine.errors import UsageError
 from engine.experiments import REGISTRY, verdicts
+from engine.inputs import (  # noqa: F401  (MAX_SEED: read by the tests)
+    MAX_LOOPS,
+    MAX_SEED,
+    MAX_SEEDS,
+    MAX_WORKERS,
+    check_repo,
+    check_runs,
+    parse_loops,
+    parse_seeds,
+)
 
 DEFAULT_RESULTS = "cached_results"
 BACKEND_HELP = "local (default): this process; ray: seed groups as Ray tasks ($RAY_ADDRESS or a local Ray)"
-MAX_LOOPS = 1000  # loop counts per forward (eval, ouro); a shared dashboard caps lower (engine.runtime.jobs.CAPS)
-MAX_SEEDS, MAX_SEED = 1024, 2**31 - 1  # seeds per command, and the largest seed (every RNG here takes it)
-MAX_WORKERS = 4 * (os.cpu_count() or 1)  # local processes: more than this only thrashes
 
 
 class Parser(argparse.ArgumentParser):
@@ -35,54 +41,6 @@ class Parser(argparse.ArgumentParser):
 
 def results_dir(args) -> Path:
     return Path(args.results or os.environ.get("LOOPSCOPE_RESULTS") or DEFAULT_RESULTS)
-
-
-def number(digits: str, most: int) -> int | None:
-    """int(digits) if it is at most `most`, else None (the length first: int() refuses 4300+ digits)."""
-    digits = digits.lstrip("0") or "0"
-    return int(digits) if len(digits) <= len(str(most)) and int(digits) <= most else None
-
-
-def parse_ints(text: str, what: str, most: int, count: int, unit: str) -> list[int]:
-    """'3-7', '1,2,5' or a mix like '1-4,8', in ASCII digits, sorted and without repeats. Numbers above
-    `most`, or more than `count` of them, are refused before the list is built."""
-    found: set[int] = set()
-    for part in text.replace(" ", "").split(","):
-        if re.fullmatch(r"-[0-9]+", part):
-            raise UsageError(f"{what} must not be negative (got {text!r}).")
-        match = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)  # [0-9], not \d: \d takes any script's digits
-        if not match:
-            raise UsageError(f"cannot read {what} {text!r}; write a number, a range like 1-24, or a list like 1,2,8.")
-        lo, hi = number(match[1], most), number(match[2] or match[1], most)
-        if lo is None or hi is None:
-            raise UsageError(f"{what} {text!r} goes past {most}, the largest {unit} loopscope takes; use smaller ones.")
-        if lo > hi:
-            raise UsageError(f"{what} range {part!r} runs backwards; write it low-high, e.g. 1-24.")
-        if hi - lo >= count or len(found.union(range(lo, hi + 1))) > count:
-            raise UsageError(
-                f"{what} {text!r} names more than {count} {unit}s, the most one command takes; pass fewer."
-            )
-        found.update(range(lo, hi + 1))
-    return sorted(found)
-
-
-def parse_seeds(text: str) -> list[int]:
-    text = text.strip()
-    if re.fullmatch(r"-?[0-9]+", text):  # a count
-        count = number(text.lstrip("-"), MAX_SEEDS)
-        if text.startswith("-") or count == 0:
-            raise UsageError(f"--seeds {text}: give a positive number of seeds, or a list like 0-15.")
-        if count is None:
-            raise UsageError(f"--seeds {text} is more than {MAX_SEEDS} seeds, the most one command takes; pass fewer.")
-        return list(range(count))
-    return parse_ints(text, "--seeds", MAX_SEED, MAX_SEEDS, "seed")
-
-
-def parse_loops(text: str) -> list[int]:
-    loops = parse_ints(text, "--loops", MAX_LOOPS, MAX_LOOPS, "loop count")
-    if not loops or loops[0] < 1:
-        raise UsageError(f"--loops {text}: loop counts start at 1, e.g. --loops 1-24.")
-    return loops
 
 
 def load_config(args) -> RunConfig:
@@ -124,37 +82,6 @@ def open_store(args):
     except PermissionError as e:
         raise UsageError(str(e)) from None
     return store
-
-
-def check_runs(root: Path, keys: list[str]) -> None:
-    """Every key names a verified run inside root (keys become paths), and the runs share one config:
-    they load as one ensemble."""
-    from engine.core.store import Store, check_run_key
-
-    store, configs = Store(root), {}
-    for key in keys:
-        try:
-            check_run_key(root, key)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        status = store.status(key)
-        if status == "missing":
-            raise UsageError(f"no run {key!r} under {store.root}; 'loopscope list' shows the cached runs.")
-        if status != "ok":
-            raise UsageError(f"{status}; retrain it with 'loopscope train' (same config and seed).")
-        try:
-            configs[key] = RunConfig.from_dict(store.manifest(key)["config"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise UsageError(
-                f"run {key} holds no readable config ({e!r}); retrain it with 'loopscope train'."
-            ) from None
-    first = keys[0]
-    for key in keys[1:]:
-        if configs[key] != configs[first]:
-            raise UsageError(
-                f"runs {first} and {key} have different configs, so they cannot be evaluated together; "
-                "evaluate them in separate 'loopscope eval' calls."
-            )
 
 
 def accuracy_table(rows: pd.DataFrame) -> str:
@@ -249,11 +176,6 @@ def cmd_run(args) -> int:
             print(f"\n== {name.upper()} ({time.perf_counter() - start:.0f} s)")
         print(module.report(rows, args.preset) + verdicts.report(name, rows))
     return 0
-
-
-def check_repo(repo: str) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", repo) or ".." in repo:
-        raise UsageError(f"--repo {repo!r} is not a Hugging Face repo id; write it ORG/NAME.")
 
 
 def cmd_push(args) -> int:
