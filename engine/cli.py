@@ -18,7 +18,7 @@ import pandas as pd
 
 from engine.core.presets import PRESETS, RunConfig, preset
 from engine.errors import UsageError
-from engine.experiments import REGISTRY, verdicts
+from engine.experiments import PAPER, REGISTRY, seeds_for, verdicts
 from engine.inputs import (  # noqa: F401  (MAX_SEED: read by the tests)
     MAX_LOOPS,
     MAX_SEED,
@@ -144,7 +144,7 @@ def cmd_eval(args) -> int:
 
 def cmd_run(args) -> int:
     """One experiment, or `all` (E2, E3, E4 in order; each reuses what the one before cached)."""
-    names = list(REGISTRY) if args.experiment == "all" else [args.experiment]
+    names = list(PAPER) if args.experiment == "all" else [args.experiment]
     modules = [REGISTRY[name] for name in names]
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
@@ -165,7 +165,8 @@ def cmd_run(args) -> int:
         if args.backend == "ray":
             from engine.runtime.fanout import experiment_units
 
-            units = [(cfg, seeds, label) for cfg, label in experiment_units(name, args.preset, tasks)]
+            units = [(cfg, seeds_for(name, args.preset, cfg, seeds), label)
+                     for cfg, label in experiment_units(name, args.preset, tasks)]  # fmt: skip
             device = ray_fan_out(args, units, store)
         elif args.workers > 1:
             from engine.runtime.fanout import local_fan_out
@@ -359,7 +360,7 @@ def build_parser() -> Parser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2, e3, e4, or all")
+    p = sub.add_parser("run", parents=[common], help="run a named experiment (cached): e2..e5, or all (e2-e4)")
     p.add_argument("experiment", choices=[*REGISTRY, "all"])
     p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
@@ -383,6 +384,7 @@ def build_parser() -> Parser:
     p.add_argument("--model", default="ByteDance/Ouro-1.4B", help="a Hugging Face id or a local checkpoint folder")
     p.add_argument("--task", default="chain,parity", help="comma-separated probe tasks (chain, parity)")
     p.add_argument("--loops", default="1-8", help="loop counts, e.g. 1-8 (one forward of the largest)")
+    p.add_argument("--difficulty", default=None, help="per task, e.g. chain=8,parity=12 (default chain=3,parity=6)")
     p.add_argument("--prompts", type=int, default=500, help="prompts per task (even: labels exactly balanced)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bf16 on GPU")

@@ -152,21 +152,88 @@ def test_slugs():
     assert hub.slug_of("cached_results/e1-demo", Path("/x/cached_results/e1-demo")) == "demo"
 
 
-def test_demo_trainer_saves_a_loadable_checkpoint(tmp_path, monkeypatch):
-    """Two steps of the demo trainer: the folder reloads through the Auto classes and probes via the CLI."""
-    from engine.ouro import demo as ouro_demo
+def test_demo_trains_saves_loads_back_and_probes_with_its_readout_recorded(tmp_path, monkeypatch):
+    """The demo command on a tiny config, three steps: the checkpoint reloads through from_pretrained (the
+    loading path of the released weights) with the trained weights, and E1 runs on it at the demo's difficulties,
+    its manifest recording the readout."""
+    from transformers import AutoModelForCausalLM
 
-    monkeypatch.setitem(ouro_demo.TRAIN, "eval_prompts", 8)
-    monkeypatch.setitem(ouro_demo.TRAIN, "batch", 8)
-    record = ouro_demo.train(tmp_path / "e1-demo", seed=0, steps=2, threads=1, progress=False)
-    files = {p.name for p in (tmp_path / "e1-demo").iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "training.json"} <= files
-    assert record["parameters"] == 414_209 and len(record["evals"]) == 1
-    assert main(["ouro", "--model", str(tmp_path / "e1-demo"), "--prompts", "4", "--loops", "1-5",
-                 "--device", "cpu", "--results", str(tmp_path)]) == 0  # fmt: skip
-    assert set(pd.read_parquet(tmp_path / "e1-demo.parquet")["task"]) == {"chain", "parity"}
-    model = json.loads((tmp_path / "e1-demo.json").read_text())["model"]
-    assert model["parameters"] == model["training"]["parameters"] == 414_209
+    from engine.ouro import demo
+
+    tiny = dict(demo.DEMO_CONFIG, hidden_size=16, intermediate_size=44, num_attention_heads=2)
+    monkeypatch.setattr(demo, "DEMO_CONFIG", tiny)
+    monkeypatch.setattr(demo, "TRAIN", dict(demo.TRAIN, batch=8, eval_prompts=4, eval_every=2))
+    monkeypatch.setitem(demo.PROBE, "loops", [1, 2, 3, 4, 5, 6, 7, 8])
+    assert demo.main(["--results", str(tmp_path), "--steps", "3", "--prompts", "4"]) == 0
+    folder = tmp_path / "e1-demo"
+    assert {"config.json", "model.safetensors", "tokenizer.json", "training.json"} <= {p.name for p in folder.iterdir()}
+    back = AutoModelForCausalLM.from_pretrained(folder)
+    assert type(back) is OuroForCausalLM and back.config.hidden_size == 16 and back.config.total_ut_steps == 4
+    fresh = demo.build_model(demo.build_tokenizer(), seed=0)
+    assert not torch.equal(back.lm_head.weight, fresh.lm_head.weight)  # trained weights, not a fresh init
+    record = json.loads((folder / "training.json").read_text())
+    assert [e["step"] for e in record["evals"]] == [2, 3] and record["train"]["steps"] == 3
+
+    manifest = json.loads((tmp_path / "e1-demo.json").read_text())
+    for task, difficulty in demo.PROBE["difficulty"].items():
+        settings = manifest["tasks"][task]["settings"]
+        assert settings["readout"] == "final" and settings["difficulty"] == difficulty and settings["n_max"] == 8
+        assert settings["prompts"] == 4 and settings["dtype"] == "float32"
+    training = manifest["model"]["training"]
+    assert training["probe"]["readout"] == "final" and training["parameters"] == manifest["model"]["parameters"]
+    rows = pd.read_parquet(tmp_path / "e1-demo.parquet")
+    assert set(rows["eval_loops"]) == set(range(1, 9)) and set(rows["boundary"]) == {"norm", "norm->none"}
+    assert set(zip(rows["task"], rows["difficulty"], strict=True)) == {("chain", 8), ("parity", 12)}
+    assert {"norm_ratio", "top_token_share"} <= set(rows["metric"])
+    assert demo.main(["--results", str(tmp_path), "--probe-only", "--prompts", "4"]) == 0  # served from the cache
+
+
+def test_the_demo_size_is_the_one_documented():
+    from engine.ouro import demo
+
+    model = demo.build_model(demo.build_tokenizer(), seed=0)
+    assert sum(p.numel() for p in model.parameters()) == 56_321
+    assert model.config.num_hidden_layers == 1 and model.config.total_ut_steps == 4
+
+
+def test_demo_objective_is_ouros_gate_loss_written_out(ckpt):
+    """demo.objective against Ouro's stage-1 loss computed here step by step from the gate's lambdas: per prompt,
+    p_t = lam_t prod_{j<t}(1 - lam_j) (the last step the rest), loss = sum_t p_t CE_t - beta sum_t p_t log(1/p_t),
+    averaged over prompts; and the gradient reaches the exit gate."""
+    from engine.ouro import demo
+
+    model = OuroForCausalLM.from_pretrained(ckpt).train()
+    torch.manual_seed(0)
+    ids = torch.randint(3, 96, (5, 9))
+    target = torch.randint(0, 96, (5,))
+    out = model.loop_forward(ids, n_loops=4)
+    beta = 0.3
+    loss, ce = demo.objective(out, target, beta)
+    lam, logits = out.gate_lambdas.detach().double(), out.logits.detach().double()
+    expected = []
+    for b in range(5):
+        survive, total = 1.0, 0.0
+        for t in range(4):
+            p = survive if t == 3 else survive * lam[t, b].item()
+            survive *= 1.0 - lam[t, b].item()
+            nll = -torch.log_softmax(logits[t, b], -1)[target[b]].item()
+            total += p * nll + beta * p * torch.log(torch.tensor(p)).item()  # - beta * H(p): H = -sum p log p
+        expected.append(total)
+    assert loss.item() == pytest.approx(sum(expected) / 5, rel=1e-5)
+    assert ce.shape == (4,)
+    loss.backward()
+    assert model.model.early_exit_gate.weight.grad.abs().sum() > 0  # the gate is trained with the rest
+
+
+def test_difficulty_is_parsed_checked_and_recorded(ckpt, tmp_path, capsys):
+    assert _run(ckpt, tmp_path, "--difficulty", "chain=5") == 0
+    settings = json.loads((tmp_path / "e1-tiny.json").read_text())["tasks"]["chain"]["settings"]
+    assert settings["difficulty"] == 5
+    assert set(pd.read_parquet(tmp_path / "e1-tiny.parquet")["difficulty"]) == {5}
+    for bad in ("chain=x", "loop=3", "chain=99", "parity=0"):
+        assert _run(ckpt, tmp_path / "bad", "--difficulty", bad) == 2
+        assert "--difficulty" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_the_readout_is_chosen_recorded_and_keyed(ckpt, tmp_path, capsys):

@@ -330,3 +330,31 @@ def test_the_fan_out_trains_what_the_experiment_would(experiment, monkeypatch):
     module.run("smoke", [0, 1], NoTables(), tasks=("parity", "chain"), progress=False)
     units = fanout.experiment_units(experiment, "smoke", ("parity", "chain"))
     assert trained == units and len(units) == {"e2": 4, "e3": 2, "e4": 6}[experiment]
+
+
+def test_workers_end_when_the_command_that_started_them_is_killed(tmp_path):
+    """`kill -9` of a `--workers` command leaves no worker training (and holding its group's lock)."""
+    script = (
+        "import sys, time\n"
+        "from engine.runtime.fanout import local_pool\n"
+        "with local_pool(2) as pool:\n"
+        "    futures = [pool.submit(time.sleep, 120) for _ in range(2)]\n"
+        "    time.sleep(1)\n"
+        "    print(*pool._processes, flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    workers = [int(pid) for pid in parent.stdout.readline().split()]
+    assert len(workers) == 2
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+    assert all(alive(pid) for pid in workers)
+    parent.kill()
+    parent.wait()
+    wait_for(lambda: not any(alive(pid) for pid in workers), 20, "the workers to end")

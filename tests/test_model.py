@@ -107,7 +107,7 @@ def test_config_rejects_contradictions_with_a_sentence(change, message):
 def test_checks_pass_and_can_fail():
     assert all(c.passed for c in run_checks())
     broken = build(CFG, [0])
-    broken.boundary_transfer = lambda x, mode: (x, x * 1.001 if mode == "none" else x)  # a wrong readout
+    broken.boundary_transfer = lambda x, mode, scale=None: (x, x * 1.001 if mode == "none" else x)  # a wrong readout
     assert not all(c.passed for c in run_checks([broken]))
 
 

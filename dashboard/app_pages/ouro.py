@@ -63,9 +63,23 @@ if problem:
 model = manifest.get("model", {})
 size = f"{model['parameters']:,} parameters" if "parameters" in model else "size unknown"
 if "demo" in table.preset:
+    training = model.get("training") or {}
+    trained = (
+        f" It was trained in {training['wall_time_s'] / 60:.0f} min on a CPU with Ouro's stage-1 objective "
+        "(the expected loss over the exit gate's distribution of the loop steps, minus an entropy bonus)."
+        if "wall_time_s" in training
+        else ""
+    )
+    asked = (training.get("probe") or {}).get("difficulty") or {}
+    where = (
+        f" It is probed where one loop step is not enough: chain {asked['chain']} hops, parity {asked['parity']} bits."
+        if {"chain", "parity"} <= set(asked)
+        else ""
+    )
     st.info(
         f"**Demonstration, not the released weights:** `e1-{table.preset}.parquet` comes from a small "
-        f"Ouro-architecture model trained here ({size}), saved and loaded through the same class."
+        f"Ouro-architecture model trained here ({size}), saved and loaded through the same class.{trained}{where} "
+        "What it shows is this toy's behaviour, not Ouro's."
     )
 st.caption(
     f"Model `{model.get('spec', table.preset)}` ({size}, T = {model.get('trained_loops', '?')}); "

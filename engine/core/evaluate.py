@@ -8,12 +8,15 @@ For every (member, difficulty, loop step n) we record, on the fixed evaluation s
   top_token         that token's id (engine.core.tasks.VOCAB names it)
   norm_pre          mean ||Block(h_{t-1})|| at the answer position, before the boundary
   norm_post         mean ||h_t||, the state handed to step t+1
+
+Mode `rescale` (model.py) takes each member's per-step scalars, (n_max, S); state_scales measures them.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from engine.core import tasks
@@ -23,25 +26,54 @@ from engine.core.tasks import TaskConfig
 METRICS = ("accuracy", "choice_accuracy", "top_token_share", "option_rate", "top_token", "norm_pre", "norm_post")
 
 
+def _one(model: LoopedLM, i: int) -> LoopedLM:
+    return model.member(i) if model.members > 1 else model
+
+
 @torch.no_grad()
 def step_metrics(
-    model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int = 256
-) -> dict[str, torch.Tensor]:
+    model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int = 256, scales: Tensor | None = None
+) -> dict[str, Tensor]:
     """Each metric as an (n_max, S) tensor. Members are evaluated one at a time: batched kernels round
     differently for different ensemble sizes, and a run's rows must not depend on what shares its batch."""
-    per_member = [_member_metrics(model.member(i) if model.members > 1 else model, batch, n_max, boundary, chunk)
-                  for i in range(model.members)]  # fmt: skip
+    cut = lambda i: None if scales is None else scales[:, i : i + 1]  # noqa: E731
+    per_member = [_member_metrics(_one(model, i), batch, n_max, boundary, chunk, cut(i)) for i in range(model.members)]
     return {name: torch.cat([m[name] for m in per_member], 1) for name in per_member[0]}
 
 
-def _member_metrics(model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int):
+@torch.no_grad()
+def state_scales(model: LoopedLM, task: TaskConfig, n_max: int, examples: int = 256, seed: int = 0) -> Tensor:
+    """The scalars of mode `rescale`: per member and step t = 1..n_max, the mean RMS of the state before the
+    boundary, Block(h_{t-1}), over every position of `examples` training items per training difficulty (the
+    same items for every member, drawn as training draws them: never a held-out one), run in `norm` mode.
+    Returns (n_max, S). The boundary norm sees that state once per step; a hook on it reads it."""
+    g = torch.Generator().manual_seed(tasks.derive_seed("state-scales", task.name, seed))
+    batches = [tasks.train_batch(task, d, examples, g).tokens for d in task.train_difficulties]
+    device, out, seen = next(model.parameters()).device, [], []
+    for i in range(model.members):
+        one = _one(model, i)
+        hook = one.norm.register_forward_pre_hook(lambda m, args: seen.append(args[0].float().pow(2).mean(-1)))
+        try:
+            per_difficulty = []
+            for tokens in batches:
+                seen.clear()
+                one(tokens[None].to(device), n_max, "norm", readout_steps="last")
+                assert len(seen) == n_max, "the boundary norm runs once per loop step"
+                per_difficulty.append(torch.stack([ms.sqrt().mean() for ms in seen]))
+        finally:
+            hook.remove()
+        out.append(torch.stack(per_difficulty).mean(0).cpu())
+    return torch.stack(out, 1)
+
+
+def _member_metrics(model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int, scales=None):
     """step_metrics of a one-member model: each metric as an (n_max, 1) tensor."""
     V = model.cfg.vocab_size
     device = next(model.parameters()).device
     preds, choice, pre, post = [], [], [], []
     for start in range(0, len(batch.answers), chunk):
         tokens = batch.tokens[start : start + chunk].to(device)
-        out = model(tokens[None], n_max, boundary)
+        out = model(tokens[None], n_max, boundary, scales=None if scales is None else scales.to(device))
         logits = out.logits[:, :, :, -1].float()  # (n, 1, B, V)
         preds.append(logits.argmax(-1))
         choice.append(logits[..., [tasks.ZERO, tasks.ONE]].argmax(-1))
@@ -70,13 +102,15 @@ def evaluate(
     loops: list[int] | None = None,
     difficulties: tuple[int, ...] | None = None,
     progress: bool = True,
+    scales: Tensor | None = None,
 ) -> pd.DataFrame:
-    """Tidy rows (member, difficulty, eval_loops, metric, value) for the requested loop counts."""
+    """Tidy rows (member, difficulty, eval_loops, metric, value) for the requested loop counts (`scales`: the
+    (n_max, S) per-step scalars of mode `rescale`)."""
     loops = loops or list(range(1, n_max + 1))
     difficulties = difficulties or task.eval_difficulties
     frames = []
     for d in tqdm(difficulties, desc=f"eval {task.name} n<={n_max} {boundary}", disable=not progress):
-        metrics = step_metrics(model, tasks.eval_set(task, d), n_max, boundary)
+        metrics = step_metrics(model, tasks.eval_set(task, d), n_max, boundary, scales=scales)
         for name, values in metrics.items():  # values: (n_max, S)
             n_idx, member = torch.meshgrid(torch.arange(n_max), torch.arange(model.members), indexing="ij")
             frames.append(

@@ -10,6 +10,7 @@ import torch
 from engine.core import tasks
 from engine.core.model import ModelConfig
 from engine.core.presets import RunConfig
+from engine.core.train import loop_schedule
 
 
 def forward_flops(cfg: ModelConfig, seq: int, loops: int, readout_positions: int) -> float:
@@ -19,9 +20,9 @@ def forward_flops(cfg: ModelConfig, seq: int, loops: int, readout_positions: int
     return seq * cfg.layers_per_block * loops * per_token_layer + 2 * d * cfg.vocab_size * readout_positions
 
 
-def train_step_flops(run: RunConfig, seq: int) -> float:
+def train_step_flops(run: RunConfig, seq: int, loops: int | None = None) -> float:
     """Forward and backward (2x forward) for one batch of one member; the loss reads every position."""
-    return 3 * run.train.batch_size * forward_flops(run.model, seq, run.model.trained_loops, seq)
+    return 3 * run.train.batch_size * forward_flops(run.model, seq, loops or run.model.trained_loops, seq)
 
 
 @cache
@@ -30,9 +31,10 @@ def seq_len(task: tasks.TaskConfig, difficulty: int) -> int:
 
 
 def training_flops(run: RunConfig, seeds: int, steps: int | None = None) -> float:
-    """Forward + backward FLOPs of training `seeds` models, following the preset's difficulty schedule."""
-    schedule = tasks.difficulty_schedule(run.task, steps or run.train.steps)
-    return seeds * sum(train_step_flops(run, seq_len(run.task, d)) for d in schedule)
+    """Forward + backward FLOPs of training `seeds` models, following the preset's difficulty and loop schedules."""
+    steps = steps or run.train.steps
+    schedule = zip(tasks.difficulty_schedule(run.task, steps), loop_schedule(run.train_loops, steps), strict=True)
+    return seeds * sum(train_step_flops(run, seq_len(run.task, d), n) for d, n in schedule)
 
 
 def eval_flops(run: RunConfig, seeds: int, n_max: int | None = None) -> float:

@@ -10,6 +10,11 @@ loop step sees:
 Both modes use the same parameters, so running a model in the mode it was not trained with
 (the "surgery") adds nothing. At n = 1 the two compute exactly the same ops.
 
+A third run mode, `rescale` (E5), is a surgery on norm-trained models: the boundary norm is replaced by a
+fixed per-step scalar, h_t = g * Block(h_{t-1}) / s_t with g the norm's own gain and s_t given by the
+caller (the norm-trained model's mean state RMS at step t); the readout stays Head(Norm(x)). It adds no
+parameter and, like `none`, reads out exactly as `norm` at n = 1.
+
 Every module carries a leading ensemble dimension S: one set of weights per seed, so that
 many seeds train in one process with batched matmuls. Each member is initialised from its own
 seed only, so what a seed gets never depends on which seeds share its group.
@@ -24,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-BOUNDARIES = ("norm", "none")
+BOUNDARIES = ("norm", "none")  # the modes a model is trained with
+RUN_MODES = (*BOUNDARIES, "rescale")  # the modes it can be run in
 
 
 @dataclass(frozen=True)
@@ -204,13 +210,16 @@ class LoopedLM(nn.Module):
         boundary: str | None = None,
         all_positions: bool = False,
         readout_steps: str = "all",  # "all": read out every step; "last": only the final one
+        scales: Tensor | None = None,  # (>= n, S) the fixed per-step scalars s_t of mode `rescale`
     ) -> LoopOutput:
         n = self.cfg.trained_loops if n_loops is None else n_loops  # 0 is not "the default": it is refused
         if n < 1:
             raise ValueError(f"n_loops must be at least 1, got {n}.")
         mode = boundary or self.cfg.boundary
-        if mode not in BOUNDARIES:
-            raise ValueError(f"boundary must be one of {BOUNDARIES}, got {mode!r}.")
+        if mode not in RUN_MODES:
+            raise ValueError(f"boundary must be one of {RUN_MODES}, got {mode!r}.")
+        if mode == "rescale" and (scales is None or scales.shape[0] < n or scales.shape[1] != self.members):
+            raise ValueError(f"mode rescale needs scales of shape (>= {n}, {self.members}): one per step and member.")
         # 1. embed: member i looks up its own table; embeddings enter step 1 unscaled
         S, V, C = self.embed_tokens.shape
         offsets = torch.arange(S, device=tokens.device).view(S, 1, 1) * V
@@ -220,7 +229,7 @@ class LoopedLM(nn.Module):
         logits, norm_pre, norm_post = [], [], []
         for step in range(1, n + 1):
             x = self.block(h, rope_cs)
-            h, readout_in = self.boundary_transfer(x, mode)
+            h, readout_in = self.boundary_transfer(x, mode, None if scales is None else scales[step - 1])
             norm_pre.append(x[:, :, -1].float().norm(dim=-1))
             norm_post.append(h[:, :, -1].float().norm(dim=-1))
             if readout_steps == "all" or step == n:
@@ -233,13 +242,16 @@ class LoopedLM(nn.Module):
             h = layer(h, rope_cs)
         return h
 
-    def boundary_transfer(self, x: Tensor, mode: str) -> tuple[Tensor, Tensor]:
+    def boundary_transfer(self, x: Tensor, mode: str, scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Split a block output into (state for the next step, input to the readout).
 
         `norm` normalises the state itself; `none` passes the raw state on and normalises only
-        the copy that the head reads. Either way the head sees Norm(x) at this step.
+        the copy that the head reads; `rescale` passes on g * x / scale (scale: (S,), one per member).
+        Every way the head sees Norm(x) at this step.
         """
         normed = self.norm(x)
+        if mode == "rescale":
+            return self.norm.weight[:, None, None, :] * (x / scale.to(x.dtype)[:, None, None, None]), normed
         return (normed, normed) if mode == "norm" else (x, normed)
 
     # -- one member's weights as a flat state dict (for safetensors) and back

@@ -1,7 +1,8 @@
 """Run configurations and the presets `smoke`, `cpu` and `paper`, each a plain function.
 
 A run is (RunConfig, seed). The config is frozen, so it is its own cache key: `run_key` hashes
-the config together with the seed.
+the config together with the seed. A field added later is left out of the key while it has its
+default (`train.loops`), so every run stored before it keeps its key.
 """
 
 from __future__ import annotations
@@ -14,6 +15,30 @@ from engine.core.model import BOUNDARIES, ModelConfig
 from engine.core.tasks import TASK_NAMES, VOCAB_SIZE, TaskConfig
 
 ARCHS = ("looped", "stacked")
+LOOP_DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
+
+
+def parse_loops(spec: str) -> tuple[str, tuple[int, ...]]:
+    """A training loop-count distribution by name: `fixed:T`, `uniform:A-B` (each of A..B equally often) or
+    `lognormal:MEAN:MAX` (the log-normal Poisson of recurrent-depth models, mean MEAN, clipped to MAX;
+    engine.core.train.loop_schedule). Returns (kind, numbers); ValueError with a sentence otherwise."""
+    kind, _, rest = spec.partition(":")
+    try:
+        numbers = tuple(int(x) for x in rest.replace("-", ":").split(":"))
+    except ValueError:
+        numbers = ()
+    arity = {"fixed": 1, "uniform": 2, "lognormal": 2}.get(kind)
+    ok = arity is not None and len(numbers) == arity and min(numbers) >= 1
+    if ok and kind == "uniform":
+        ok = numbers[0] <= numbers[1] and "-" in rest
+    if ok and kind == "lognormal":
+        ok = 2 <= numbers[0] <= numbers[1] and "-" not in rest  # mean - 1 is the Poisson's mean rate: at least 1
+    if not ok:
+        raise ValueError(
+            f"train.loops {spec!r} names no loop-count distribution; write fixed:T, uniform:A-B (1 <= A <= B) "
+            "or lognormal:MEAN:MAX (2 <= MEAN <= MAX)."
+        )
+    return kind, numbers
 
 
 @dataclass(frozen=True)
@@ -27,8 +52,11 @@ class TrainConfig:
     grad_clip: float = 1.0
     loss_over_steps: bool = False  # False: loss at the final loop step only
     group_size: int = 16  # seeds trained as one batch: seed s always trains with seeds G*(s//G) .. G*(s//G)+G-1
+    loops: str = ""  # loop count of each step (parse_loops); "": the model's trained_loops T, every step
 
     def __post_init__(self):
+        if self.loops:
+            parse_loops(self.loops)
         for name in ("steps", "batch_size", "warmup_steps", "group_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
@@ -48,6 +76,13 @@ class RunConfig:
     def __post_init__(self):
         if self.max_eval_loops < 1:
             raise ValueError(f"max_eval_loops must be at least 1, got {self.max_eval_loops}.")
+        if self.train.loops == f"fixed:{self.model.trained_loops}":  # the default, spelled out: one config, one key
+            object.__setattr__(self, "train", replace(self.train, loops=""))
+
+    @property
+    def train_loops(self) -> str:
+        """The training loop-count distribution by name (`fixed:T` for the default)."""
+        return self.train.loops or f"fixed:{self.model.trained_loops}"
 
     def group(self, seed: int) -> list[int]:
         """The seeds seed `seed` trains with. Batched kernels round differently for different group sizes,
@@ -61,11 +96,16 @@ class RunConfig:
         return [list(g) for g in sorted({tuple(self.group(s)) for s in seeds})]
 
     def run_key(self, seed: int) -> str:
-        blob = json.dumps({"config": asdict(self), "seed": seed}, sort_keys=True)
+        blob = json.dumps({"config": self.to_dict(), "seed": seed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The config as stored in manifests and hashed into run keys; `train.loops` only where it is not the
+        default, so runs from before the field existed keep their keys and manifests."""
+        d = asdict(self)
+        if not self.train.loops:
+            del d["train"]["loops"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:

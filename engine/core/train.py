@@ -9,6 +9,8 @@ group's size (batched kernels block, and so round, differently for some sizes), 
 amplifies. A seed's result is bit-reproducible for a given group size, whichever seeds share the
 group and however many threads run it (dev/LOG.md, 2026-12-03), not across group sizes: so the config
 fixes each seed's group (RunConfig.group). Training batches never hold a held-out example (tasks.train_batch).
+The loop count of each step is the trained budget T, or drawn from `train.loops` (loop_schedule) by a schedule
+that, like the difficulty schedule, is the same for every seed, so that a group still batches into one tensor.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from tqdm.auto import tqdm
 
 from engine.core import tasks
 from engine.core.model import LoopedLM, build
-from engine.core.presets import RunConfig
+from engine.core.presets import RunConfig, parse_loops
 from engine.core.store import atomic_write
+
+LOGNORMAL_SIGMA = 0.5  # the log-normal Poisson's sigma, as recurrent-depth models use (Geiping et al. 2025)
 
 
 @dataclass
@@ -63,6 +67,27 @@ def warmup_cosine(warmup: int, steps: int, min_ratio: float) -> Callable[[int], 
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
+
+
+def loop_schedule(spec: str, steps: int) -> list[int]:
+    """The loop count of each of `steps` training steps, drawn from the distribution `spec` (presets.parse_loops;
+    RunConfig.train_loops) by a generator seeded from its name alone: the same for every seed of a group, and no
+    other random stream is touched, so the default (T every step) trains exactly as before the option existed.
+
+    uniform:A-B    each of A..B equally often
+    lognormal:M:X  n = 1 + Poisson(exp(tau)), tau ~ Normal(log(M - 1) - sigma^2/2, sigma): mean M (the
+                   Poisson rate has mean M - 1) with a heavy right tail; clipped to X
+    """
+    kind, numbers = parse_loops(spec)
+    if kind == "fixed":
+        return [numbers[0]] * steps
+    g = torch.Generator().manual_seed(tasks.derive_seed("loops", spec))
+    if kind == "uniform":
+        return torch.randint(numbers[0], numbers[1] + 1, (steps,), generator=g).tolist()
+    mean, top = numbers
+    mu = math.log(mean - 1) - LOGNORMAL_SIGMA**2 / 2
+    tau = torch.normal(torch.full((steps,), mu, dtype=torch.float64), LOGNORMAL_SIGMA, generator=g)
+    return (torch.poisson(tau.exp(), generator=g) + 1).clamp(max=top).long().tolist()
 
 
 def lr_lambda(cfg: RunConfig) -> Callable[[int], float]:
@@ -190,6 +215,7 @@ def train_group(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
     generators = [tasks.train_generator(s) for s in seeds]
     schedule = tasks.difficulty_schedule(cfg.task, t.steps)
+    loops = loop_schedule(cfg.train_loops, t.steps)
     params = list(model.parameters())
     losses = torch.empty(t.steps, len(seeds))
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
@@ -203,7 +229,7 @@ def train_group(
         tokens = torch.stack([b.tokens for b in batches]).to(device, non_blocking=True)
         targets = torch.stack([b.targets for b in batches]).to(device, non_blocking=True)
         with autocast:
-            out = forward(tokens, all_positions=True, readout_steps="all" if t.loss_over_steps else "last")
+            out = forward(tokens, loops[step], all_positions=True, readout_steps="all" if t.loss_over_steps else "last")
         loss = member_losses(out.logits, targets)
         optimizer_step(loss.sum(), opt, sched, params, t.grad_clip)  # each member's gradient is its own loss's
         losses[step] = loss.detach().float().cpu()

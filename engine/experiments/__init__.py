@@ -5,6 +5,8 @@ A module in REGISTRY provides:
     trainings(preset, tasks) -> [(RunConfig, label)]   the trainings it starts (the fan-outs and the bench read it)
     run(preset, seeds, store, device, tasks, progress) -> rows   compute what is missing, write its table
     summarize(rows, preset) -> DataFrame; claims(summary, trained_loops) -> [dict]; report(rows, preset) -> str
+and may provide
+    seeds_for(preset, cfg, seeds) -> seeds       the requested seeds a training uses (E5's ladder: the first 4)
 
 The CLI (`loopscope run`), the job runner, both fan-outs, the bench and the dashboard list experiments from
 REGISTRY alone: adding an experiment is one module and one line here. E1 (released weights) is a probe of
@@ -13,6 +15,13 @@ someone else's checkpoint, not a training experiment: it lives in engine.ouro.
 
 from types import ModuleType
 
-from engine.experiments import e2, e3, e4
+from engine.experiments import e2, e3, e4, e5
 
-REGISTRY: dict[str, ModuleType] = {"e2": e2, "e3": e3, "e4": e4}
+REGISTRY: dict[str, ModuleType] = {"e2": e2, "e3": e3, "e4": e4, "e5": e5}
+PAPER = ("e2", "e3", "e4")  # what `loopscope run all` runs: the paper's experiments; E5 goes beyond it, run by name
+
+
+def seeds_for(experiment: str, preset_name: str, cfg, seeds) -> list[int]:
+    """The seeds of `seeds` that a training of REGISTRY[experiment].trainings() uses (all, unless it says)."""
+    narrow = getattr(REGISTRY[experiment], "seeds_for", None)
+    return narrow(preset_name, cfg, seeds) if narrow else list(seeds)

@@ -234,6 +234,8 @@ def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
         if not table["run_key"].isin(rows["run_key"]).any():
             continue  # a table without these runs
         new = rows.assign(experiment=table["experiment"].iloc[0])
+        extra = [c for c in table.columns if c not in new.columns]  # E5's per-run columns (train_loops, params...)
+        new = new.join(table.drop_duplicates("run_key").set_index("run_key")[extra], on="run_key") if extra else new
         merged = pd.concat([table, new], ignore_index=True).drop_duplicates(ROW_KEY, keep="last")
         atomic_write(path, parquet_bytes(merged.reset_index(drop=True)))
         written.append(path.name)
@@ -243,18 +245,29 @@ def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
 # ---------------------------------------------------------------- named experiments
 
 
-def ensure_surgery(store: Store, keys: list[str], loops: int, experiment: str, device: str, progress: bool) -> None:
-    """Evaluate norm-trained runs in none mode (`norm->none` rows) where that is not cached yet."""
+PAPER_LABELS = ("norm", "none", "norm->none")  # the boundary labels of E2-E4's tables
+
+
+def ensure_surgery(
+    store: Store, keys: list[str], loops: int, experiment: str, device: str, progress: bool, trained: str = "norm"
+) -> None:
+    """Evaluate runs trained in mode `trained` in the other mode at n = 1..loops (`norm->none` rows; E5's reverse
+    surgery `none->norm`) where that is not cached yet."""
+    mode = "none" if trained == "norm" else "norm"
 
     def needed(rows: pd.DataFrame) -> bool:
-        have = rows.loc[rows["boundary"] == "norm->none", "eval_loops"]
+        have = rows.loc[rows["boundary"] == boundary_label(trained, mode), "eval_loops"]
         return have.empty or have.max() < loops
 
-    extend_eval(store, keys, list(range(1, loops + 1)), "none", experiment, device, progress, needed)
+    extend_eval(store, keys, list(range(1, loops + 1)), mode, experiment, device, progress, needed)
 
 
-def collect(store: Store, keys: list[str], experiment: str) -> pd.DataFrame:
+def collect(store: Store, keys: list[str], experiment: str, labels: Iterable[str] | None = None) -> pd.DataFrame:
+    """The stored rows of `keys` as one table of `experiment`; with `labels`, only rows of those boundary labels
+    (E2-E4 keep PAPER_LABELS: the rows E5 adds to the same runs stay in E5's table)."""
     rows = pd.concat([store.load_rows(k) for k in keys], ignore_index=True)
+    if labels is not None:
+        rows = rows[rows["boundary"].isin(list(labels))].reset_index(drop=True)
     return rows.assign(experiment=experiment)[[c for c in ROW_COLUMNS if c in rows]]  # older runs: no split
 
 
@@ -276,6 +289,6 @@ def run_trainings(
         if surgery(cfg):
             ensure_surgery(store, got, cfg.max_eval_loops, experiment, device, progress)
         keys += got
-    rows = collect(store, keys, experiment)
+    rows = collect(store, keys, experiment, PAPER_LABELS)
     store.write_table(f"{experiment}-{preset_name}", rows)
     return rows

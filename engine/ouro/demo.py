@@ -1,21 +1,37 @@
-"""A small Ouro trained here on the probe's prompt tasks: E1's demonstration until the released weights are run.
+"""A small Ouro trained here on the probe's prompt tasks, at difficulties it cannot answer in one loop step:
+E1's demonstration until the released weights are run. It is a demonstration, not a measurement of Ouro.
 
-    python -m engine.ouro.demo                     # trains, writes cached_results/e1-demo/ (a few MB)
-    loopscope ouro --model cached_results/e1-demo --prompts 200 --loops 1-8   # -> cached_results/e1-demo.parquet
+    python -m engine.ouro.demo     # trains cached_results/e1-demo/, then E1 on it (both modes, n = 1..8):
+                                   # cached_results/e1-demo.parquet and e1-demo.json
+    python -m engine.ouro.demo --probe-only      # E1 alone, on the checkpoint as it is; the same as
+    loopscope ouro --model cached_results/e1-demo --difficulty chain=8,parity=12 --prompts 200 --loops 1-8
 
-The model is engine.ouro.modeling's class at a small size (DEMO_CONFIG: the released sandwich layer, RoPE, untied head,
-exit gate, T = total_ut_steps = 4), run as released: the boundary norm on (`norm`). The tokenizer is word-level,
-built here with `tokenizers` from the probe's prompts (words, punctuation and newlines; spaces are dropped).
+The model is engine.ouro.modeling's class at a small size (DEMO_CONFIG: the released sandwich layer, RoPE, untied
+head, exit gate, T = total_ut_steps = 4; one layer per loop step, so one step is one attention and one MLP), run as
+released: the boundary norm on (`norm`). The tokenizer is word-level, built here with `tokenizers` from the probe's
+prompts (words, punctuation and newlines; spaces are dropped). It is saved with save_pretrained and probed through
+AutoModelForCausalLM.from_pretrained, the loading path of the released weights.
 
-Training (TRAIN): each step one batch, half `chain` prompts and half `parity` prompts, each half at one
-difficulty drawn from the training range (chain 0-4 hops, parity 1-8 bits; the probe reads chain at 3 and
-parity at 6), left padded as the probe pads them. The loss is Ouro's stage-1 objective on the answer token
-only (the rest of a prompt is random and carries no signal): the expected cross-entropy over the exit
-distribution of the T steps, sum_t p_t CE_t, minus `entropy_weight` times the entropy of p (the gate is
-trained with the rest). Prompts come from engine.ouro.probe.make_prompts with seeds distinct from the probe's
-(PROMPT_SEED 0); parity at 6 bits has only 64 strings, so the probe's parity prompts were all seen in
-training, as at every short length. Everything is drawn from `--seed`: the same seed and thread count give
-the same weights on the same machine.
+Training (TRAIN): each step one batch, half `chain` prompts and half `parity` prompts, each half at one difficulty
+drawn from the training range (chain 0-8 hops, parity 1-12 bits), left padded as the probe pads them. The loss is
+Ouro's stage-1 objective (the exit gate trained with the rest), on the answer token only (the rest of a prompt is
+random and carries no signal): with the gate's exit probabilities lam_t = sigmoid(gate(readout_t)), the exit
+distribution p_t = lam_t prod_{j<t}(1 - lam_j) (the last step takes the remaining mass; modeling.exit_distribution),
+
+    loss = mean over the batch of  sum_t p_t CE_t  -  entropy_weight * H(p),    H(p) = -sum_t p_t log p_t,
+
+the expected cross-entropy over the exit distribution of the T steps minus an entropy bonus that keeps the exit
+distribution from collapsing onto one step (entropy_weight = beta = 0.1).
+
+The probe's difficulties (PROBE: chain 8 hops, parity 12 bits; the probe's defaults are 3 and 6) and the recipe
+were chosen on the trained (`norm`) model's accuracy at n = 1 and n = T alone, never on the surgery: at the
+defaults a one-layer step answers at n = 1 already; at these difficulties it is at chance at n = 1 on parity and
+well short of n = T on the chain (which keeps some signal at n = 1), and >= 0.95 at n = T on both (dev/LOG.md
+has the candidates and the numbers). The chain is one chain (the probe's), so its answer is also the root bit
+XOR the parity of its `not`s. Prompts come from engine.ouro.probe.make_prompts with seeds distinct from the
+probe's (PROMPT_SEED 0), but parity at 12 bits has only 4,096 strings, so most of the probe's parity prompts were
+seen in training (its chain prompts, with names and order drawn, hardly repeat). Everything is drawn from `--seed`:
+the same seed and thread count give the same weights on the same machine.
 """
 
 from __future__ import annotations
@@ -33,11 +49,12 @@ import torch.nn.functional as F
 from engine.core.train import adamw, optimizer_step, warmup_cosine
 from engine.ouro.probe import TASKS, VARIABLES, make_prompts, option_token_ids, probe
 
-DEFAULT_OUT = Path("cached_results") / "e1-demo"
+DEFAULT_RESULTS = Path("cached_results")
+NAME = "e1-demo"  # the checkpoint folder; its E1 tables are e1-demo.parquet and e1-demo.json beside it
 DEMO_CONFIG = dict(
-    hidden_size=128,
-    intermediate_size=352,  # Ouro's ratio 5632 / 2048 = 2.75
-    num_hidden_layers=2,
+    hidden_size=64,
+    intermediate_size=176,  # Ouro's ratio 5632 / 2048 = 2.75
+    num_hidden_layers=1,
     num_attention_heads=4,
     total_ut_steps=4,
     max_position_embeddings=256,
@@ -51,10 +68,17 @@ TRAIN = dict(
     weight_decay=0.01,
     clip=1.0,
     entropy_weight=0.1,
-    chain_hops=(0, 1, 2, 3, 4),
-    parity_bits=(1, 2, 3, 4, 5, 6, 7, 8),
+    chain_hops=tuple(range(0, 9)),
+    parity_bits=tuple(range(1, 13)),
     eval_every=250,
     eval_prompts=128,
+)
+PROBE = dict(  # the E1 run on the demo: what `loopscope ouro` is given
+    difficulty={"chain": 8, "parity": 12},
+    prompts=200,
+    loops=list(range(1, 9)),
+    readout="final",  # the answer at loop step n, as the study reads it (engine.ouro.probe.READOUTS)
+    dtype="float32",
 )
 EVAL_SEED = 4242  # the training-time check (never the probe's seed)
 
@@ -114,14 +138,19 @@ def evaluate(model, tokenizer, n_prompts: int) -> dict:
     model.eval()
     out = {}
     for task in TASKS:
-        df = probe(model, tokenizer, make_prompts(task, n_prompts, seed=EVAL_SEED), model.config.total_ut_steps)
+        prompts = make_prompts(task, n_prompts, seed=EVAL_SEED, difficulty=PROBE["difficulty"][task])
+        df = probe(model, tokenizer, prompts, model.config.total_ut_steps)
         out[task] = [round(v, 3) for v in df["greedy_acc"]]
     model.train()
     return out
 
 
 def train(
-    out_dir: Path = DEFAULT_OUT, seed: int = 0, steps: int | None = None, threads: int = 1, progress: bool = True
+    out_dir: Path = DEFAULT_RESULTS / NAME,
+    seed: int = 0,
+    steps: int | None = None,
+    threads: int = 1,
+    progress: bool = True,
 ) -> dict:
     from tqdm.auto import tqdm
 
@@ -160,6 +189,7 @@ def train(
         "train": {k: list(v) if isinstance(v, tuple) else v for k, v in TRAIN.items()} | {"steps": steps},
         "objective": "answer token only; sum_t p_t CE_t - entropy_weight * H(p) over the T = 4 steps (Ouro stage 1)",
         "boundary": "norm (as released)",
+        "probe": PROBE,
         "seed": seed,
         "threads": threads,
         "wall_time_s": round(wall, 1),
@@ -187,22 +217,37 @@ def save(model, tokenizer, out_dir: Path) -> None:
         raise RuntimeError("the reloaded demo model does not reproduce the trained one's logits")
 
 
+def probe_demo(results: Path, prompts: int = PROBE["prompts"]) -> int:
+    """E1 on the demo checkpoint in `results`: `loopscope ouro` with PROBE's settings, on the CPU."""
+    from engine.core.store import Store
+    from engine.ouro import e1
+
+    args = argparse.Namespace(
+        model=str(results / NAME), task="chain,parity", prompts=prompts, loops=PROBE["loops"],
+        difficulty=PROBE["difficulty"], readout=PROBE["readout"], dtype=PROBE["dtype"], dry_run=False,
+    )  # fmt: skip
+    return e1.cmd_ouro(args, e1.validate(args), "cpu", Store(results))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.ouro.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help=f"writes {NAME}/ and {NAME}.* here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help=f"default {TRAIN['steps']}")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steady on a shared machine)")
+    parser.add_argument("--prompts", type=int, default=PROBE["prompts"], help="probe prompts per task")
+    parser.add_argument("--probe-only", action="store_true", help=f"probe {NAME}/ as it is, without training")
     args = parser.parse_args(argv)
-    record = train(args.out, args.seed, args.steps, args.threads)
-    last = record["evals"][-1]
-    print(
-        f"e1-demo: {record['parameters']:,} parameters, {record['wall_time_s']} s; greedy accuracy at n = 1..4 "
-        f"(held-out, {TRAIN['eval_prompts']} prompts): chain {last['greedy_acc_per_step']['chain']}, "
-        f"parity {last['greedy_acc_per_step']['parity']}; saved to {args.out}"
-    )
-    print(f"next: loopscope ouro --model {args.out} --prompts 200 --loops 1-8")
-    return 0
+    if not args.probe_only:
+        record = train(args.results / NAME, args.seed, args.steps, args.threads)
+        last = record["evals"][-1]
+        print(
+            f"{NAME}: {record['parameters']:,} parameters, {record['wall_time_s']} s; greedy accuracy at n = 1..4 "
+            f"({TRAIN['eval_prompts']} prompts, chain {PROBE['difficulty']['chain']} hops, parity "
+            f"{PROBE['difficulty']['parity']} bits): chain {last['greedy_acc_per_step']['chain']}, "
+            f"parity {last['greedy_acc_per_step']['parity']}; saved to {args.results / NAME}"
+        )
+    return probe_demo(args.results, args.prompts)
 
 
 if __name__ == "__main__":

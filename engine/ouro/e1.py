@@ -3,11 +3,11 @@
     loopscope ouro --model ByteDance/Ouro-1.4B --task chain,parity --loops 1-8 --prompts 500
 
 For each task, `--prompts` balanced binary prompts (engine.ouro.probe, prompt seed PROMPT_SEED, the probe's
-default difficulty) are read out at every loop step of ONE forward of n = max(--loops) per batch, once as
-released (`norm`) and once with the boundary norm removed (`norm->none`, the surgery). The n = 1 identity
-(both modes' logits torch.equal on a batch) is checked and recorded; if it fails the results are still
-written, flagged in the manifest, a warning is printed and the command exits 1 (every later run that
-serves those cached results exits 1 too).
+default difficulty unless `--difficulty` names another) are read out at every loop step of ONE forward of
+n = max(--loops) per batch, once as released (`norm`) and once with the boundary norm removed (`norm->none`,
+the surgery). The n = 1 identity (both modes' logits torch.equal on a batch) is checked and recorded; if it
+fails the results are still written, flagged in the manifest, a warning is printed and the command exits 1
+(every later run that serves those cached results exits 1 too).
 
 Results: `<results>/e1-<slug>.parquet` (engine.core.store.RESULT_COLUMNS rows; metric `top_token` is the
 token id, the decoded strings are in the manifest) and `<results>/e1-<slug>.json` (model identity,
@@ -65,7 +65,7 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 def task_settings(task: str, args, dtype: torch.dtype, device: str) -> dict:
     return {
         "task": task,
-        "difficulty": P.DEFAULT_DIFFICULTY[task],
+        "difficulty": (getattr(args, "difficulty", None) or {}).get(task, P.DEFAULT_DIFFICULTY[task]),
         "prompts": int(args.prompts),
         "prompt_seed": PROMPT_SEED,
         "loops": [int(n) for n in args.loops],
@@ -186,7 +186,26 @@ def validate(args) -> list[str]:
         raise UsageError(
             f"--prompts {args.prompts}: give a positive even number, so that the two answers are exactly balanced."
         )
+    args.difficulty = parse_difficulty(getattr(args, "difficulty", None))
     return list(dict.fromkeys(tasks))
+
+
+def parse_difficulty(text: str | dict | None) -> dict[str, int]:
+    """`--difficulty chain=8,parity=12` -> {"chain": 8, "parity": 12}; a task not named keeps the probe's default
+    (chain 3 hops, parity 6 bits)."""
+    if not text or isinstance(text, dict):
+        return dict(text or {})
+    out = {}
+    for part in str(text).split(","):
+        task, _, value = part.strip().partition("=")
+        if task not in P.TASKS or not value.strip().isdigit():
+            raise UsageError(f"--difficulty {text!r}: write task=number pairs, e.g. chain=8,parity=12.")
+        out[task] = int(value)
+        try:
+            P.make_prompts(task, 2, difficulty=out[task])
+        except ValueError as e:
+            raise UsageError(f"--difficulty {text!r}: {e}.") from None
+    return out
 
 
 def cmd_ouro(args, tasks: list[str], device: str, store: Store) -> int:
@@ -276,7 +295,7 @@ def training_record(path: Path) -> dict | None:
         record = json.loads((path / "training.json").read_text())
     except (OSError, ValueError):
         return None
-    keep = ("what", "parameters", "config", "train", "objective", "boundary", "seed", "threads", "wall_time_s")
+    keep = ("what", "parameters", "config", "train", "objective", "boundary", "probe", "seed", "threads", "wall_time_s")
     return {k: record[k] for k in keep if k in record} | {"last_eval": (record.get("evals") or [None])[-1]}
 
 

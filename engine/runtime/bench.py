@@ -21,7 +21,7 @@ from engine.core.flops import eval_flops, train_step_flops, training_flops
 from engine.core.model import build
 from engine.core.presets import RunConfig, cpu, paper, preset
 from engine.core.train import member_losses, train_group
-from engine.experiments import REGISTRY, e3
+from engine.experiments import PAPER, e3
 from engine.experiments import refit as rf
 from engine.runtime.fanout import local_pool
 
@@ -230,7 +230,7 @@ def run_all_flops(preset_name: str = "cpu", seeds: int = 16, task_names=("parity
     model, refits every distinct target (head alone: forward only; with a layer: forward + backward)
     and evaluates each checkpoint; E4 trains the stacked twins and evaluates them in both modes."""
 
-    out = dict.fromkeys(REGISTRY, 0.0)
+    out = dict.fromkeys(PAPER, 0.0)
     cfg = e3.refit_config(preset_name)
     for task in task_names:
         for boundary, evals in (("norm", 2), ("none", 1)):
@@ -252,7 +252,7 @@ def run_all_flops(preset_name: str = "cpu", seeds: int = 16, task_names=("parity
 def measured_walls(root: Path) -> dict[str, float]:
     """Seconds of training (E2, E4) and refitting (E3) recorded in the result manifests, one figure per
     group of seeds (every member of a group records the group's wall time); evaluation is not included."""
-    out = dict.fromkeys(REGISTRY, 0.0)
+    out = dict.fromkeys(PAPER, 0.0)
     seen = set()
     for manifest in sorted(Path(root).glob("*/*/manifest.json")):
         m = json.loads(manifest.read_text())

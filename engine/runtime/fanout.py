@@ -34,7 +34,7 @@ from engine.core.flops import training_flops
 from engine.core.presets import RunConfig
 from engine.core.store import Store
 from engine.core.train import resolve_device
-from engine.experiments import REGISTRY, e3
+from engine.experiments import REGISTRY, e3, seeds_for
 from engine.experiments import refit as rf
 from engine.experiments.runs import (
     group_id,
@@ -95,10 +95,21 @@ def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device:
 # ---------------------------------------------------------------- the local backend: a process pool
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, parent: int) -> None:
+    import threading
+
     import torch
 
     torch.set_num_threads(threads)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: int, every_s: float = 1.0) -> None:
+    """End this worker once the command that started it is gone: a killed `loopscope run` leaves no
+    training behind (its locks would keep a rerun waiting). A group cut short stores nothing."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
 
 
 @contextmanager
@@ -106,7 +117,8 @@ def local_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """`workers` fresh processes (spawned: no state copied from this one), each with cores/workers threads."""
     threads = max(1, (os.cpu_count() or 1) // workers)
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+    init = dict(initializer=_init_worker, initargs=(threads, os.getpid()))
+    with ProcessPoolExecutor(workers, mp_context=context, **init) as pool:
         yield pool
 
 
@@ -175,8 +187,9 @@ def local_fan_out(experiment: str, preset_name: str, tasks, seeds: list[int], st
 
     jobs, root = [], str(store.root)
     for cfg, label in experiment_units(experiment, preset_name, tasks):
-        for group in cfg.groups(seeds):
-            if missing_seeds(cfg, [s for s in group if s in seeds], store, report=False):
+        use = seeds_for(experiment, preset_name, cfg, seeds)  # E5's ladder: fewer seeds
+        for group in cfg.groups(use):
+            if missing_seeds(cfg, [s for s in group if s in use], store, report=False):
                 jobs.append((training_flops(cfg, len(group)), _train_and_store, (cfg, group, label, device, root)))
     refits = []
     with local_pool(workers) as pool, ExitStack() as locks:

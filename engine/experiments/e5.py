@@ -1,0 +1,448 @@
+"""E5, beyond the paper: agreement itself put to the test (SPEC §8; README, "E5 predictions").
+
+Four parts on the preset's models, one table `e5-<preset>`:
+  1. train mode x run mode  every E2 model (fixed T) run in both modes at n = 1..3T: `norm`, `none`, `norm->none`
+                            and the reverse surgery `none->norm` (cached in the E2 runs' folders).
+  2. a range of loop counts both modes trained with the loop count drawn per step (train.loops: RANGE_SPECS,
+                            uniform over 1..2T and a log-normal Poisson with mean T), the same seeds, both run modes.
+  3. where the surgery bites a ladder of model scales (LADDER; width, layers per block, one longer training),
+                            LADDER_SEEDS seeds each, norm-trained, run with and without the norm.
+  4. the rescale surgery    the norm-trained models of parts 1-2 run with the boundary norm replaced by fixed per-step
+                            scalars (`norm->rescale`; engine.core.model), measured once per run on training data
+                            (engine.core.evaluate.state_scales) and stored in its folder (`scales.safetensors`).
+
+The table has ROW_COLUMNS and, from each run's config, `train_loops` (the distribution by name, `fixed:T` for E2's
+models), `params` (one model's parameters) and `train_steps`. E2 and E4 tables keep only their own labels, so
+the rows E5 adds to E2's runs stay here.
+
+summarize() is one long table, a row per estimate (`part`, `quantity`), levels (i) and (iii) of the verdict rules
+(engine.experiments.verdicts.levels; a preset without held-out items, `smoke`, uses its in-range items):
+  effects  run, train, agreement: per seed pair (seed s's norm- and none-trained models of one distribution),
+           with A(train, run) the accuracy, R = ½[A(norm,none) + A(none,none) − A(norm,norm) − A(none,norm)],
+           M = ½[A(none,norm) + A(none,none) − A(norm,norm) − A(norm,none)], G = ½[A(norm,norm) + A(none,none)
+           − A(norm,none) − A(none,norm)]; mean with a bootstrap CI over seeds, Wilcoxon signed-rank p against 0,
+           Holm across n on each side of T
+  range    none-norm: each model run as trained, paired by seed (stats.paired_summary); `in_range` marks the n
+           inside a distribution's trained range (trained_range: each drawn at >= IN_RANGE_SHARE of the steps)
+  ladder   damage: A(norm) − A(norm->none) per seed, paired; per (params, train_steps)
+  rescale  recovery: (A(norm->rescale) − A(norm->none)) / (A(norm) − A(norm->none)) per seed, NaN where the
+           surgery cost < paper.MIN_REFIT_GAP (as E3); mean over the other seeds with its CI
+  accuracy each boundary label's mean accuracy with its CI (the figures' curves)
+claims() applies the README's E5 rules; each claim says its `outcome` (agreement, normalisation, mixed,
+undecided, reported), and `reproduced` is whether it is "agreement", the paper's thesis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from engine import paper
+from engine.core import stats
+from engine.core.model import BOUNDARIES
+from engine.core.presets import RunConfig, preset
+from engine.core.store import ROW_COLUMNS, Store, file_of
+from engine.core.tasks import TASK_NAMES
+from engine.experiments.verdicts import HARDEST, MEAN, MIN_DAMAGED, levels
+
+TITLE = "agreement tested directly (beyond the paper)"
+TASKS = TASK_NAMES
+EXTRA = ["train_loops", "params", "train_steps"]
+COLUMNS = [*ROW_COLUMNS, *EXTRA]
+CELLS = {label: (label.split("->")[0], label.split("->")[-1]) for label in ("norm", "none", "norm->none", "none->norm")}
+EFFECTS = ("run", "train", "agreement")
+LEVELS = (MEAN, HARDEST)
+LADDER_SEEDS = 4
+IN_RANGE_SHARE = 0.01  # a loop count is inside a distribution's trained range if drawn at >= 1% of the steps
+SMALL_GAP = 0.02  # part 2: |mean d| below this counts as closed
+SCALES = "scales.safetensors"  # a run's rescale scalars, beside its weights
+SCALE_EXAMPLES = 256  # training items per training difficulty the scalars are measured on
+# (d_model, n_heads, d_ff, layers_per_block, steps as a multiple of the preset's); the preset's own model is E2's
+LADDER = {
+    "smoke": ((16, 2, 48, 1, 1), (32, 2, 96, 1, 1)),
+    "cpu": ((32, 2, 96, 1, 1), (64, 4, 176, 1, 1), (64, 4, 176, 2, 1), (96, 4, 256, 2, 1), (128, 4, 352, 2, 1),
+            (64, 4, 176, 2, 2)),
+    "paper": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (256, 8, 704, 6, 1), (384, 8, 1024, 6, 1),
+              (512, 8, 1376, 6, 1), (512, 8, 1376, 6, 2)),
+}  # fmt: skip
+
+
+def range_specs(T: int) -> tuple[str, ...]:
+    """Part 2's distributions for a budget T: uniform over 1..2T, and heavy-tailed with mean T (clipped to 3T)."""
+    return (f"uniform:1-{2 * T}", f"lognormal:{T}:{3 * T}")
+
+
+def ladder(preset_name: str, task: str) -> list[RunConfig]:
+    """Part 3's norm-trained configs, smallest first. A rung that is the preset's own model is E2's config (its runs
+    are reused); the others train LADDER_SEEDS seeds as one group."""
+    base = preset(preset_name, task, "norm")
+    out = []
+    for d, heads, ff, layers, times in LADDER.get(preset_name, ()):
+        model = replace(base.model, d_model=d, n_heads=heads, d_ff=ff, layers_per_block=layers)
+        train = replace(base.train, steps=base.train.steps * times)
+        if (model, train) != (base.model, base.train):
+            train = replace(train, group_size=min(LADDER_SEEDS, base.train.group_size))
+        out.append(replace(base, model=model, train=train))
+    return out
+
+
+def trainings(preset_name: str, tasks=TASKS) -> list[tuple[RunConfig, str]]:
+    """Per task: E2's two configs (reused, or trained as E2's), part 2's, then the ladder's other rungs."""
+    out = []
+    for task in tasks:
+        fixed = [preset(preset_name, task, boundary) for boundary in BOUNDARIES]
+        T = fixed[0].model.trained_loops
+        ranged = [replace(cfg, train=replace(cfg.train, loops=spec)) for spec in range_specs(T) for cfg in fixed]
+        out += [(cfg, "e2") for cfg in fixed] + [(cfg, "e5") for cfg in ranged]
+        out += [(cfg, "e5") for cfg in ladder(preset_name, task) if cfg not in fixed]
+    return out
+
+
+def rungs(preset_name: str) -> list[RunConfig]:
+    """The ladder's own rungs, every task: those that are not E2's config."""
+    return [c for task in TASKS for c in ladder(preset_name, task) if c != preset(preset_name, task, "norm")]
+
+
+def seeds_for(preset_name: str, cfg: RunConfig, seeds) -> list[int]:
+    """The seeds a training of trainings() uses: the first LADDER_SEEDS for the ladder's own rungs, else all."""
+    return sorted(seeds)[:LADDER_SEEDS] if cfg in rungs(preset_name) else list(seeds)
+
+
+def run(
+    preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True
+) -> pd.DataFrame:
+    """Train what is missing, evaluate every model in the run mode it was not trained in, the rescale surgery on
+    parts 1-2's norm models; write the e5 table and return its rows."""
+    from engine.experiments.runs import collect, ensure_runs, ensure_surgery  # training code: only when running
+
+    frames = []
+    for cfg, label in trainings(preset_name, tasks):
+        keys = ensure_runs(cfg, seeds_for(preset_name, cfg, seeds), store, label, device, progress=progress)
+        ensure_surgery(store, keys, cfg.max_eval_loops, "e5", device, progress, trained=cfg.model.boundary)
+        if cfg.model.boundary == "norm" and cfg not in rungs(preset_name):  # parts 1-2
+            ensure_rescale(store, keys, cfg.max_eval_loops, device, progress)
+        extra = dict(train_loops=cfg.train_loops, params=cfg.model.n_params, train_steps=cfg.train.steps)
+        frames.append(collect(store, keys, "e5").assign(**extra))
+    rows = pd.concat(frames, ignore_index=True)
+    store.write_table(f"e5-{preset_name}", rows)
+    return rows
+
+
+# ---------------------------------------------------------------- part 4: the rescale surgery's scalars
+
+
+def load_scales(store: Store, key: str, n: int):
+    """A run's stored rescale scalars for steps 1..n as an (n,) tensor, or None if it has none that reach n."""
+    from safetensors.torch import load
+
+    if file_of(store.manifest(key)["files"], SCALES) is None:
+        return None
+    scales = load(store.read(key, SCALES))["scales"]
+    return scales[:n] if len(scales) >= n else None
+
+
+def save_scales(store: Store, key: str, scales, how: dict) -> None:
+    """Add (or replace) a run's rescale scalars, (n,), in one atomic step of its folder. The caller holds its lock."""
+    from safetensors.torch import save
+
+    manifest = store.manifest(key)
+    files = manifest.pop("files")
+    keep = {name: sha for name, sha in files.items() if name != file_of(files, SCALES)}
+    store.commit(key, manifest | {"state_scales": how}, {SCALES: save({"scales": scales.contiguous()})}, keep)
+
+
+def ensure_rescale(store: Store, keys: list[str], loops: int, device: str = "cpu", progress: bool = True) -> None:
+    """Evaluate norm-trained runs with the rescale surgery at n = 1..loops (`norm->rescale` rows) where that is not
+    cached, measuring and storing each run's scalars first if it has none that reach `loops`."""
+    from engine.core.evaluate import evaluate, state_scales
+    from engine.experiments.runs import label_rows, load_models
+
+    for key in keys:
+        with store.lock(f"run-{key}", f"changing run {key}"):
+            have = store.load_rows(key).query("boundary == 'norm->rescale'")["eval_loops"]
+            if not have.empty and have.max() >= loops:
+                continue
+            model, cfg, seeds = load_models(store, [key])
+            model = model.to(device)
+            scales = load_scales(store, key, loops)
+            if scales is None:
+                scales = state_scales(model, cfg.task, loops, SCALE_EXAMPLES)[:, 0]
+                how = dict(mode="norm", loops=loops, examples_per_difficulty=SCALE_EXAMPLES, statistic="mean RMS")
+                save_scales(store, key, scales, how)
+            raw = evaluate(model, cfg.task, loops, "rescale", progress=progress, scales=scales[:, None])
+            store.add_rows(key, label_rows(raw, cfg, seeds, "e5", "rescale"))
+
+
+# ---------------------------------------------------------------- statistics: pure functions
+
+
+def trained_range(spec: str, steps: int) -> set[int]:
+    """The loop counts a distribution trains: from its smallest draw up, each drawn at >= IN_RANGE_SHARE of the
+    `steps` training steps (up to the first that is not: a clipped tail piles up at its maximum)."""
+    from engine.core.train import loop_schedule
+
+    shares = pd.Series(loop_schedule(spec, steps)).value_counts(normalize=True)
+    n, out = int(shares.index.min()), set()
+    while shares.get(n, 0.0) >= IN_RANGE_SHARE:
+        out.add(n)
+        n += 1
+    return out
+
+
+def seed_accuracy(rows: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy per seed at levels (i) and (iii) (verdicts.levels, per distribution and scale), looped models."""
+    acc = rows[(rows["metric"] == "accuracy") & (rows["arch"] == "looped")]
+    if not (acc["split"] == "heldout").any():  # no held-out items (smoke): the in-range items stand in
+        acc = acc.assign(split=acc["split"].replace("seen", "heldout"))
+    frames = [levels(g).assign(**dict(zip(EXTRA, k, strict=True))) for k, g in acc.groupby(EXTRA)]
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*EXTRA, "level", "value"])
+    return out[out["level"].isin(LEVELS)].drop(columns=["arch", "metric"], errors="ignore")
+
+
+def decompose(acc: pd.DataFrame) -> pd.DataFrame:
+    """Per seed pair: the run-mode, train-mode and agreement effects (module docstring) from the four cells.
+    acc: seed_accuracy()'s columns (boundary is the cell); a seed without all four cells is left out.
+    Returns the keys, seed, `effect` and `value`."""
+    keys = ["task", *EXTRA, "trained_loops", "level", "eval_loops", "seed"]
+    cells = acc[acc["boundary"].isin(list(CELLS))]
+    wide = cells.pivot_table(index=keys, columns="boundary", values="value", aggfunc="mean")
+    wide = wide.reindex(columns=list(CELLS)).dropna()
+    A = {CELLS[c]: wide[c] for c in CELLS}  # A[(train, run)]
+    effects = pd.DataFrame({
+        "run": (A["norm", "none"] + A["none", "none"] - A["norm", "norm"] - A["none", "norm"]) / 2,
+        "train": (A["none", "norm"] + A["none", "none"] - A["norm", "norm"] - A["norm", "none"]) / 2,
+        "agreement": (A["norm", "norm"] + A["none", "none"] - A["norm", "none"] - A["none", "norm"]) / 2,
+    })  # fmt: skip
+    effects.columns.name = "effect"
+    return effects.stack().rename("value").reset_index()
+
+
+def _side(n, T) -> np.ndarray:
+    return np.select([np.asarray(n) < np.asarray(T), np.asarray(n) == np.asarray(T)], ["below", "at"], "beyond")
+
+
+def effects_table(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Per effect and n: mean over seed pairs with its bootstrap CI, Wilcoxon p against 0, Holm across the n on
+    each side of T (per task, distribution, scale, level and effect)."""
+    by = ["task", *EXTRA, "trained_loops", "level", "effect", "eval_loops"]
+    out = []
+    for key, g in per_seed.groupby(by, sort=True):
+        v = g["value"].to_numpy(dtype=float)
+        ci = stats.paired_mean_ci(v)
+        p = stats.wilcoxon_p(v, np.zeros_like(v))
+        out.append(dict(zip(by, key, strict=True), mean=ci.estimate, ci_low=ci.low, ci_high=ci.high,
+                        ci_method=ci.method, n=len(v), wilcoxon_p=p))  # fmt: skip
+    table = pd.DataFrame(out, columns=[*by, "mean", "ci_low", "ci_high", "ci_method", "n", "wilcoxon_p"])
+    table["side"] = _side(table["eval_loops"], table["trained_loops"])
+    family = [c for c in by if c != "eval_loops"] + ["side"]
+    holm = lambda p: pd.Series(stats.holm(p.to_numpy()), index=p.index)  # noqa: E731
+    table["wilcoxon_p_holm"] = table.groupby(family)["wilcoxon_p"].transform(holm) if len(table) else []
+    return table
+
+
+def _paired(acc: pd.DataFrame, a: str, b: str, by: list[str]) -> pd.DataFrame:
+    """stats.paired_summary of label a against b, in summarize()'s columns (mean = mean of a − b)."""
+    if acc.empty or not {a, b} <= set(acc["boundary"]):
+        return pd.DataFrame()
+    t = stats.paired_summary(acc, [*by, "eval_loops"], "boundary", a, b)
+    return t[t["n_pairs"] > 0].rename(columns={"mean_diff": "mean", "n_pairs": "n"})  # models with both labels
+
+
+def recovery_table(acc: pd.DataFrame) -> pd.DataFrame:
+    """Part 4 per (task, distribution, scale, level, n): the rescale surgery's recovery per seed (module docstring),
+    mean and CI over the seeds the surgery damaged (n; guarded seeds are NaN and left out)."""
+    keys = ["task", *EXTRA, "trained_loops", "level", "eval_loops"]
+    wide = acc.pivot_table(index=[*keys, "seed"], columns="boundary", values="value", aggfunc="mean")
+    if not {"norm", "norm->none", "norm->rescale"} <= set(wide.columns):
+        return pd.DataFrame()
+    wide = wide[["norm", "norm->none", "norm->rescale"]].dropna()
+    gap = wide["norm"] - wide["norm->none"]
+    wide["recovery"] = ((wide["norm->rescale"] - wide["norm->none"]) / gap).where(gap >= paper.MIN_REFIT_GAP)
+    out = []
+    for key, g in wide.groupby(keys, sort=True):
+        ci = stats.bootstrap_ci_mean(g["recovery"].dropna().to_numpy())
+        out.append(dict(zip(keys, key, strict=True), mean=ci.estimate, ci_low=ci.low, ci_high=ci.high,
+                        ci_method=ci.method, n=int(g["recovery"].notna().sum()),
+                        mean_a=g["norm->rescale"].mean(), mean_b=g["norm->none"].mean()))  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def summarize(rows: pd.DataFrame, preset_name: str | None = None) -> pd.DataFrame:
+    """The long table of estimates (module docstring): part, quantity and the keys, mean [ci_low, ci_high] over n
+    seeds, Wilcoxon p (raw and Holm) where there is a test, mean_a/mean_b the two accuracies compared."""
+    acc = seed_accuracy(rows)
+    scale = ["task", *EXTRA, "level"]
+    looped_fixed = acc[acc["train_loops"].str.startswith("fixed:")]
+    parts = [
+        effects_table(decompose(acc)).rename(columns={"effect": "quantity"}).assign(part="effects"),
+        _paired(acc, "none", "norm", scale).assign(part="range", quantity="none-norm"),
+        _paired(looped_fixed, "norm", "norm->none", scale).assign(part="ladder", quantity="damage"),
+        recovery_table(acc).assign(part="rescale", quantity="recovery"),
+    ]
+    curves = stats.mean_ci(acc, [*scale, "trained_loops", "boundary", "eval_loops"], unit_col="seed")
+    parts.append(curves.rename(columns={"boundary": "quantity"}).assign(part="accuracy"))
+    table = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    table["side"] = _side(table["eval_loops"], table["trained_loops"])
+    ranges = {(s, n): trained_range(s, n) for s, n in table[["train_loops", "train_steps"]].drop_duplicates().values}
+    table["in_range"] = [n in ranges[(s, k)] for s, k, n in table[["train_loops", "train_steps", "eval_loops"]].values]
+    cols = ["part", "quantity", *scale, "trained_loops", "eval_loops", "side", "in_range", "mean", "ci_low", "ci_high",
+            "ci_method", "n", "wilcoxon_p", "wilcoxon_p_holm", "mean_a", "mean_b"]  # fmt: skip
+    return table.reindex(columns=cols)
+
+
+# ---------------------------------------------------------------- the README's rules
+
+
+def part1_outcome(t: pd.DataFrame) -> tuple[str, str]:
+    """Part 1 at one task, distribution and level; t: the effects rows. *agreement* if, on each side of T, at
+    >= 2/3 of the n G > 0 with Holm p < 0.05 and |G| is the largest effect; *normalisation* if |R| is the largest
+    with Holm p < 0.05 at >= 2/3 of the n beyond T; otherwise *mixed*."""
+    wide = t.pivot_table(index=["eval_loops", "side"], columns="quantity", values=["mean", "wilcoxon_p_holm"])
+    if wide.empty:
+        return "undecided", "no seed pair has all four cells"
+    m, p = wide["mean"].abs(), wide["wilcoxon_p_holm"]
+    g_wins = (wide["mean"]["agreement"] > 0) & (p["agreement"] < paper.ALPHA) & (m.idxmax(axis=1) == "agreement")
+    r_wins = (p["run"] < paper.ALPHA) & (m.idxmax(axis=1) == "run")
+    side = wide.index.get_level_values("side")
+    share = {s: float(g_wins[side == s].mean()) for s in ("below", "beyond")}
+    r_beyond = float(r_wins[side == "beyond"].mean())
+    outcome = "agreement" if min(share.values()) >= 2 / 3 else "normalisation" if r_beyond >= 2 / 3 else "mixed"
+    return outcome, (
+        f"G significant and largest at {share['below']:.0%} of n below T, {share['beyond']:.0%} beyond; "
+        f"R significant and largest at {r_beyond:.0%} of n beyond T"
+    )
+
+
+def part2_outcome(ranged: pd.DataFrame, fixed: pd.DataFrame, inside: set[int]) -> tuple[str, str]:
+    """Part 2 for one distribution: ranged/fixed are the `range` rows (none − norm, run as trained) of the
+    distribution and of fixed-T training at one task and level; inside: the distribution's trained range."""
+    r = ranged[ranged["eval_loops"].isin(inside)].set_index("eval_loops")
+    f = fixed[fixed["eval_loops"].isin(inside)].set_index("eval_loops")
+    if r.empty:
+        return "undecided", "no rows inside the trained range"
+    closed = bool(((r["mean"].abs() < SMALL_GAP) | (r["wilcoxon_p_holm"] >= paper.ALPHA)).all())
+    fixed_separates = bool((f["wilcoxon_p_holm"] < paper.ALPHA).any())
+    ahead = float(((r["mean"] > 0) & (r["wilcoxon_p_holm"] < paper.ALPHA)).mean())
+    outcome = (
+        "normalisation" if ahead >= 1 / 2 else "agreement" if closed and fixed_separates else "mixed"
+    )  # fmt: skip
+    return outcome, (
+        f"inside n = {min(inside)}..{max(inside)}: none - norm max |mean| {r['mean'].abs().max():.3f}, "
+        f"none ahead (Holm p < {paper.ALPHA}) at {ahead:.0%} of n; fixed-T training separates there: {fixed_separates}"
+    )
+
+
+def part4_outcome(r: pd.Series | None) -> tuple[str, str]:
+    """Part 4 at n = T for one task and level: *agreement (scale)* if the mean recovery >= 0.5 with its CI above
+    0.25; *normalisation* if the CI lies below 0.25; otherwise *mixed*; undecided with < MIN_DAMAGED seeds."""
+    if r is None or r["n"] < MIN_DAMAGED or not np.isfinite(r["mean"]):
+        n = 0 if r is None else int(r["n"])
+        return "undecided", f"undecided: only {n} seeds lost >= {paper.MIN_REFIT_GAP} to the surgery"
+    measured = f"recovery {r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] over {int(r['n'])} damaged seeds"
+    if r["mean"] >= 0.5 and r["ci_low"] > 0.25:
+        return "agreement", measured
+    return ("normalisation" if r["ci_high"] < 0.25 else "mixed"), measured
+
+
+def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dict]:
+    """The README's E5 rules per task at levels (i) and (iii), on the preset's own scale (the models parts 1-2
+    train); the ladder is reported, not judged."""
+    out = []
+    for (task, level), s in summary.groupby(["task", "level"], sort=True):
+        T = int(s["trained_loops"].iloc[0])
+        fixed = f"fixed:{T}"
+        own = s.loc[s["part"] == "range", ["params", "train_steps"]].drop_duplicates()
+        at_scale = s.merge(own, on=["params", "train_steps"]) if len(own) == 1 else s
+        eff = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == fixed)]
+        found = [("train x run", "run as trained beats run the other way (the agreement effect G dominates)",
+                  "agreement: G > 0 and |G| > |R|, |M| on both sides of T; normalisation: |R| dominates beyond T",
+                  part1_outcome(eff))]  # fmt: skip
+        ranged = at_scale[at_scale["part"] == "range"]
+        for spec in sorted(set(ranged["train_loops"]) - {fixed}):
+            inside = trained_range(spec, int(ranged["train_steps"].iloc[0]))
+            outcome = part2_outcome(
+                ranged[ranged["train_loops"] == spec], ranged[ranged["train_loops"] == fixed], inside
+            )
+            found.append((f"range {spec}", f"trained over {spec}, the norm/none gap closes inside the trained range",
+                          "agreement: it closes while fixed-T training separates; normalisation: none stays ahead",
+                          outcome))  # fmt: skip
+        lad = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
+        points = [
+            f"{int(p):,} params{'' if k == lad['train_steps'].min() else f' ({int(k)} steps)'}: "
+            + ", ".join(f"n={int(r.eval_loops)} {r.mean:+.3f}" for r in g.sort_values("eval_loops").itertuples())
+            for (p, k), g in lad.groupby(["params", "train_steps"])
+        ]
+        found.append(("ladder", "the surgery's damage against model scale (accuracy lost at T and 3T)",
+                      "no direct discrimination: both readings allow damage to grow with scale",
+                      ("reported", "; ".join(points) or "not run")))  # fmt: skip
+        rec = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
+        rec = rec[rec["eval_loops"] == T]
+        found.append(("rescale", "a fixed per-step rescale in place of the boundary norm recovers the surgery's loss",
+                      "agreement (scale): mean recovery at T >= 0.5, CI above 0.25; normalisation: CI below 0.25",
+                      part4_outcome(rec.iloc[0] if len(rec) else None)))  # fmt: skip
+        for name, text, predicted, (outcome, measured) in found:
+            out.append(dict(task=task, level=level, claim=name, text=text, paper=predicted, measured=measured,
+                            outcome=outcome, reproduced=outcome == "agreement", beyond_paper=True))  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------- the terminal report
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    lines = []
+    for (task, level), s in summary.groupby(["task", "level"], sort=True):
+        T = int(s["trained_loops"].iloc[0])
+        eff = s[s["part"] == "effects"]
+        lines.append(f"\n{task}, {level}: effects per seed pair at n = T = {T} and 3T (95% bootstrap CI, Holm p)")
+        for spec, e in eff.groupby("train_loops", sort=False):
+            for n in (T, 3 * T):
+                at = e[e["eval_loops"] == n].set_index("quantity")
+                cells = [f"{q} {at.loc[q, 'mean']:+.3f} [{at.loc[q, 'ci_low']:+.3f}, {at.loc[q, 'ci_high']:+.3f}] "
+                         f"p {at.loc[q, 'wilcoxon_p_holm']:.2g}" for q in EFFECTS if q in at.index]  # fmt: skip
+                lines.append(f"  {spec:<15} n={n:<3} " + "   ".join(cells) + f"   ({int(at['n'].max())} pairs)")
+        rng = s[s["part"] == "range"]
+        if not rng.empty:
+            lines.append("  none - norm, run as trained, by n (* inside the trained range, Holm p < 0.05 marked !)")
+            for spec, r in rng.groupby("train_loops", sort=False):
+                r = r.sort_values("eval_loops")
+                lines.append(f"  {spec:<15} " + " ".join(
+                    f"{v:+.2f}{'*' if inside else ' '}{'!' if p < paper.ALPHA else ' '}"
+                    for v, inside, p in zip(r["mean"], r["in_range"], r["wilcoxon_p_holm"], strict=True)))  # fmt: skip
+        lad = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
+        for (params, steps), g in lad.groupby(["params", "train_steps"]):
+            d = g.set_index("eval_loops")
+            lines.append(f"  ladder {int(params):>9,} params, {int(steps)} steps: damage at T {d.loc[T, 'mean']:+.3f}, "
+                         f"at 3T {d.loc[3 * T, 'mean']:+.3f} ({int(d['n'].max())} seeds)")  # fmt: skip
+        rec = s[(s["part"] == "rescale") & s["eval_loops"].isin([T, 3 * T])]
+        for spec, g in rec.groupby("train_loops", sort=False):
+            d = g.set_index("eval_loops")
+            lines.append(f"  rescale {spec:<15} recovery at T {d.loc[T, 'mean']:.3f} ({int(d.loc[T, 'n'])} damaged "
+                         f"seeds), at 3T {d.loc[3 * T, 'mean']:.3f} ({int(d.loc[3 * T, 'n'])})")  # fmt: skip
+    return "\n".join(lines)
+
+
+def identity_check(rows: pd.DataFrame) -> str:
+    """At n = 1 every run mode reads out the same logits: the largest difference of a metric other than the state
+    norm handed on between a norm model's `norm` rows and its `norm->rescale` / `norm->none` rows."""
+    one = rows[(rows["eval_loops"] == 1) & ~rows["metric"].isin(["norm_post"])]
+    key = ["run_key", "difficulty", "metric"]
+    own = one[one["boundary"] == "norm"].set_index(key)["value"]
+    worst = {}
+    for label in ("norm->none", "norm->rescale"):
+        other = one[one["boundary"] == label].set_index(key)["value"]
+        both = pd.concat([own, other], axis=1, join="inner")
+        worst[label] = float((both.iloc[:, 0] - both.iloc[:, 1]).abs().max()) if len(both) else float("nan")
+    return "n = 1 identity (max |difference| to `norm`): " + ", ".join(f"{k} {v:g}" for k, v in worst.items())
+
+
+def claim_lines(found: list[dict]) -> list[str]:
+    return [f"[E5, beyond the paper] {c['task']} ({c['level']}) {c['claim']}: {c['outcome']} -- {c['measured']}"
+            for c in found]  # fmt: skip
+
+
+def report(rows: pd.DataFrame, preset_name: str) -> str:
+    summary = summarize(rows, preset_name)
+    return "\n".join([format_summary(summary), "", identity_check(rows), *claim_lines(claims(summary))])
