@@ -7,13 +7,13 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout
 
-from dashboard.data import results_root  # noqa: E402  (after the path fix above)
-from engine.runtime import jobs  # noqa: E402
+from dashboard.results import results_root  # noqa: E402  (after the path fix above)
+from engine.runtime import settings  # noqa: E402  (torch-free: the first page imports nothing heavy)
 
 PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app.py runs this file from the root
 
 st.set_page_config(page_title="loopscope", page_icon=":material/autorenew:", layout="wide")
-jobs.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
+settings.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
 pages = {
     "Results": [
         st.Page(PAGES / "overview.py", title="Overview", icon=":material/fact_check:", default=True),
@@ -29,10 +29,10 @@ pages = {
 page = st.navigation(pages)
 st.sidebar.caption(f"Results folder: `{results_root()}` (set `LOOPSCOPE_RESULTS` to change it).")
 try:
-    jobs.read_only_setting()
-except jobs.Refused as e:  # an unclear LOOPSCOPE_READ_ONLY: say so on every page, which all behave read-only
+    settings.read_only_setting()
+except settings.Refused as e:  # an unclear LOOPSCOPE_READ_ONLY: say so on every page, which all behave read-only
     st.error(str(e))
-if jobs.read_only():
+if settings.read_only():
     st.sidebar.caption("Read-only: this copy shows results and runs nothing.")
 try:
     page.run()

@@ -34,6 +34,7 @@ X_AXES = {  # E4's axis (engine.experiments.e4.AXES; also the URL value) -> (col
     "difference": ("overshoot_diff", "overshoot difference n − T (loop steps beyond the budget)"),
 }
 INTEGER_AXES = {"eval_loops", "overshoot_diff", "refit_steps"}
+SET_SEP = " · "  # series of a compared result set: `<series> · <set>`
 
 
 def series_label(arch: str, boundary: str, archs: Sequence[str]) -> str:
@@ -42,7 +43,9 @@ def series_label(arch: str, boundary: str, archs: Sequence[str]) -> str:
 
 
 def color_of(label: str, i: int = 0) -> str:
-    arch, _, boundary = label.rpartition(", ")
+    """A series' colour from its mode (and architecture); a compared result set (`norm · cpu-1layer`) keeps
+    the colour of its mode and is told apart by its dash."""
+    arch, _, boundary = label.split(SET_SEP)[0].rpartition(", ")
     palette = STACKED_COLORS if arch == "stacked" else MODE_COLORS
     return palette.get(boundary, OTHER_COLORS[i % len(OTHER_COLORS)])
 
@@ -51,7 +54,7 @@ def color_scale(labels: Sequence[str]) -> alt.Scale:
     """Fixed colours per series, in the canonical order norm, none, norm->none (looped before stacked)."""
 
     def rank(label: str) -> tuple:
-        arch, _, boundary = label.rpartition(", ")
+        arch, _, boundary = label.split(SET_SEP)[0].rpartition(", ")
         return (arch == "stacked", SERIES_ORDER.index(boundary) if boundary in SERIES_ORDER else 9, label)
 
     labels = sorted(dict.fromkeys(labels), key=rank)
@@ -130,9 +133,12 @@ def curves(
     y_log: bool = False,
     x_domain: tuple[float, float] | None = None,
     legend_title: str = "mode",
+    dash: str | None = None,
 ) -> alt.LayerChart:
     """Mean per series against x with its CI band (stats: series, x, mean, ci_low, ci_high, n),
-    optional per-seed lines (seeds: series, seed, x, value), budget rule(s), chance and reference marks."""
+    optional per-seed lines (seeds: series, seed, x, value), budget rule(s), chance and reference marks.
+    dash: a column of stats whose values are drawn solid (its first value) and dashed (default: `arch` where
+    both architectures are shown)."""
     colors = color_scale(stats["series"]) if len(stats) else alt.Undefined
     scale = alt.Scale(type="log") if y_log else alt.Scale(domain=list(y_domain) if y_domain else alt.Undefined)
     x_scale = alt.Scale(domain=list(x_domain), nice=False) if x_domain else alt.Scale(nice=False)
@@ -151,8 +157,11 @@ def curves(
         alt.Tooltip("ci_high:Q", format=".3f", title="95% CI high"),
         alt.Tooltip("n:Q", title="seeds"),
     ]
-    # stacked models dashed; the colour legend already names the architecture
-    dash = alt.StrokeDash("arch:N", legend=None) if "arch" in stats and stats["arch"].nunique() > 1 else None
+    # stacked models dashed (the colour legend already names the architecture), or the column asked for
+    if dash is not None:  # the first value solid, the next dashed; the series labels name them
+        dash = alt.StrokeDash(f"{dash}:N", scale=alt.Scale(domain=list(dict.fromkeys(stats[dash]))), legend=None)
+    elif "arch" in stats and stats["arch"].nunique() > 1:
+        dash = alt.StrokeDash("arch:N", legend=None)
     layers = [
         base.mark_area(opacity=0.18)
         .encode(y=alt.Y("ci_low:Q", scale=scale, title=y_title), y2="ci_high:Q")
@@ -232,6 +241,66 @@ def delta_chart(
     if budgets is not None and len(budgets):
         layers += _budget_layers(budgets)
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
+
+
+def paired_chart(
+    summary: pd.DataFrame,
+    per_seed: pd.DataFrame,
+    x: str,
+    x_title: str,
+    y_title: str,
+    budgets: pd.DataFrame | None = None,
+    height: int = 220,
+) -> alt.LayerChart:
+    """Per-seed paired differences against x: one thin line per seed (per_seed: seed, x, diff), the mean
+    difference with its 95% CI (summary: x, mean_diff, ci_low, ci_high and the tests, from
+    engine.core.stats.paired_summary), the zero line and the budget rule(s)."""
+    axis = alt.Axis(tickMinStep=1 if x in INTEGER_AXES else alt.Undefined)
+    x_enc = alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(nice=False), axis=axis)
+    base = alt.Chart(summary).encode(x=x_enc)
+    fields = {"mean_diff": ("+.3f", "mean difference"), "ci_low": ("+.3f", "95% CI low"),
+              "ci_high": ("+.3f", "95% CI high"), "n_pairs": ("d", "seeds (pairs)"),
+              "wilcoxon_p": (".3g", "Wilcoxon p"), "wilcoxon_p_holm": (".3g", "Holm p")}  # fmt: skip
+    tooltip = [alt.Tooltip(f"{x}:Q")] + [
+        alt.Tooltip(f"{c}:Q", format=f, title=t) for c, (f, t) in fields.items() if c in summary
+    ]
+    layers = [
+        alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y="y:Q").properties(name="zero"),
+        alt.Chart(per_seed)
+        .mark_line(opacity=0.3, strokeWidth=1, color="#555555")
+        .encode(x=x_enc, y=alt.Y("diff:Q", title=y_title), detail="seed:N")
+        .properties(name="seeds"),
+        base.mark_area(opacity=0.25, color="#333333").encode(y="ci_low:Q", y2="ci_high:Q").properties(name="ci-band"),
+        base.mark_line(point=alt.OverlayMarkDef(color="#000000"), strokeWidth=2.5, color="#000000")
+        .encode(y="mean_diff:Q", tooltip=tooltip)
+        .properties(name="mean"),
+    ]
+    if budgets is not None and len(budgets):
+        layers += _budget_layers(budgets)
+    return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
+
+
+def difference_chart(diffs: pd.DataFrame, x: str, x_title: str, y_title: str, budgets=None) -> alt.LayerChart:
+    """Two result sets compared: the difference of their means per series and x (diffs: series, x, diff),
+    in the series' colours, with the zero line."""
+    colors = color_scale(diffs["series"]) if len(diffs) else alt.Undefined
+    axis = alt.Axis(tickMinStep=1 if x in INTEGER_AXES else alt.Undefined)
+    legend = alt.Legend(orient="bottom", symbolType="stroke", symbolStrokeWidth=3)
+    layers = [
+        alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y="y:Q").properties(name="zero"),
+        alt.Chart(diffs)
+        .mark_line(point=True, strokeWidth=2)
+        .encode(
+            x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(nice=False), axis=axis),
+            y=alt.Y("diff:Q", title=y_title),
+            color=alt.Color("series:N", title="series", scale=colors, legend=legend),
+            tooltip=["series:N", alt.Tooltip(f"{x}:Q"), alt.Tooltip("diff:Q", format="+.3f", title="difference")],
+        )
+        .properties(name="difference"),
+    ]
+    if budgets is not None and len(budgets):
+        layers += _budget_layers(budgets)
+    return alt.layer(*layers).properties(width=WIDTH, height=220, autosize=AUTOSIZE)
 
 
 def loss_scale(curve: pd.DataFrame) -> str:

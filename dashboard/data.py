@@ -18,32 +18,17 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import report
-from dashboard.report import SCALE_ORDER, TABLE_NAME  # one definition, shared with the static report
+from dashboard.results import catalog, presets, report_html, results_root, tables_state  # noqa: F401  (re-exported)
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store
-from engine.experiments import REGISTRY, e2, e3, e4
+from engine.experiments import e2, e3, e4, verdicts
 from engine.runtime import jobs
 
-SUMMARY_LEVELS = ("in-range mean", "beyond-range mean", "all difficulties mean")
-ENGINE_LEVELS = dict(zip(SUMMARY_LEVELS, e3.LEVELS, strict=True))  # the page's choice -> the engine's level
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def _report_html(root: str, preset_name: str | None, state: tuple) -> bytes:
-    return report.html(Path(root), preset_name).encode()
-
-
-def report_html(preset_name: str | None = None) -> bytes:
-    """The static report (dashboard.report) of the results folder, as `loopscope report` writes it; rebuilt
-    when a table changes."""
-    root = results_root()
-    return _report_html(str(root), preset_name, _tables_state(root))
-
-
-def results_root() -> Path:
-    return Path(os.environ.get("LOOPSCOPE_RESULTS", "cached_results"))
+HELD_OUT = (verdicts.MEAN, verdicts.HARDEST)  # the second design's judged levels: "held-out mean", "hardest held-out"
+SUMMARY_LEVELS = (*HELD_OUT, "in-range mean", "beyond-range mean", "all difficulties mean")
+ENGINE_LEVELS = dict(zip(SUMMARY_LEVELS[2:], e3.LEVELS, strict=True))  # the page's choice -> e3's level
+SPLITS = {"heldout": "held-out", "seen": "seen in training", "beyond": "beyond the training range"}
 
 
 def files_state(root: Path) -> tuple:
@@ -51,12 +36,6 @@ def files_state(root: Path) -> tuple:
     if not root.is_dir():
         return ()
     return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()))
-
-
-def _tables_state(root: Path) -> tuple:
-    if not root.is_dir():
-        return ()
-    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in root.glob("e*-*.parquet")))
 
 
 # ---------------------------------------------------------------- experiment tables
@@ -70,29 +49,16 @@ class Table:
     preset: str
     rows: pd.DataFrame | None = None
     problems: list[str] = field(default_factory=list)
+    root: Path | None = None  # the results folder it is in
 
     @property
     def seeds(self) -> list[int]:
         return sorted(int(s) for s in self.rows["seed"].unique()) if self.rows is not None else []
 
 
-def catalog() -> dict[str, list[str]]:
-    """{experiment: the presets (scales) at which its table exists, largest first}."""
-    found: dict[str, list[str]] = {}
-    for name, *_ in _tables_state(results_root()):
-        if m := TABLE_NAME.match(name):
-            found.setdefault(m.group(1), []).append(m.group(2))
-    order = {n: i for i, n in enumerate(SCALE_ORDER)}
-    return {e: sorted(p, key=lambda n: (order.get(n, len(order)), n)) for e, p in found.items()}
-
-
-def presets(experiment: str) -> list[str]:
-    return catalog().get(experiment, [])
-
-
 @st.cache_data(max_entries=16, show_spinner=False)
 def _read_table(path: str, experiment: str, preset_name: str, state: tuple) -> Table:
-    table = Table(experiment, preset_name)
+    table = Table(experiment, preset_name, root=Path(path).parent)
     try:
         rows = pd.read_parquet(path)
     except Exception as e:  # any damage: truncated, not parquet, unreadable
@@ -105,18 +71,22 @@ def _read_table(path: str, experiment: str, preset_name: str, state: tuple) -> T
     if missing:
         table.problems.append(f"`{Path(path).name}` lacks the columns {', '.join(missing)}; it is not a results table.")
         return table
-    ranges = train_ranges(preset_name, rows["task"].unique())
-    inside = [d in ranges.get(t, ()) for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
-    rows["range"] = np.where(rows["task"].isin(list(ranges)), np.where(inside, "in-range", "beyond"), "n/a")
+    if "split" in rows:  # the second design: each row says where its items come from
+        rows["range"] = np.where(rows["split"] == "beyond", "beyond", "in-range")
+    else:
+        ranges = train_ranges(preset_name, rows["task"].unique())
+        inside = [d in ranges.get(t, ()) for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
+        rows["range"] = np.where(rows["task"].isin(list(ranges)), np.where(inside, "in-range", "beyond"), "n/a")
     table.rows = rows
     return table
 
 
-def table(experiment: str, preset_name: str) -> Table:
-    """The table `<root>/<experiment>-<preset>.parquet`, read once per change of the file."""
-    path = results_root() / f"{experiment}-{preset_name}.parquet"
+def table(experiment: str, preset_name: str, root: Path | None = None) -> Table:
+    """The table `<root>/<experiment>-<preset>.parquet` (root: the results folder unless given), read once per
+    change of the file."""
+    path = (root or results_root()) / f"{experiment}-{preset_name}.parquet"
     if not path.is_file():
-        return Table(experiment, preset_name)
+        return Table(experiment, preset_name, root=path.parent)
     stat = path.stat()
     return _read_table(str(path), experiment, preset_name, (stat.st_size, stat.st_mtime_ns))
 
@@ -127,7 +97,27 @@ def difficulty_options(rows: pd.DataFrame) -> list[str]:
     return levels + [str(d) for d in sorted(rows["difficulty"].unique())]
 
 
+def equivalent_level(rows: pd.DataFrame, level: str) -> str | None:
+    """The same difficulty choice in another table, or its nearest stand-in where that table lacks it (a
+    first-design table has no held-out items: their in-range mean, or its hardest in-range difficulty);
+    None where it has nothing comparable."""
+    if level_mask(rows, level).any():
+        return level
+    if level == verdicts.MEAN and level_mask(rows, "in-range mean").any():
+        return "in-range mean"
+    in_range = rows.loc[rows["range"] == "in-range", "difficulty"]
+    return str(int(in_range.max())) if level == verdicts.HARDEST and len(in_range) else None
+
+
 def level_mask(rows: pd.DataFrame, level: str) -> pd.Series:
+    """The rows of a difficulty choice: a summary level (SUMMARY_LEVELS; the held-out ones as
+    engine.experiments.verdicts.levels defines them) or one difficulty."""
+    if level in HELD_OUT:
+        held = rows["split"] == "heldout" if "split" in rows else pd.Series(False, index=rows.index)
+        if level == verdicts.HARDEST:
+            hardest = rows["difficulty"].where(held).groupby(rows["task"]).transform("max")
+            held &= rows["difficulty"] == hardest
+        return held
     if level == "in-range mean":
         return rows["range"] == "in-range"
     if level == "beyond-range mean":
@@ -162,6 +152,34 @@ def mode_comparison_by(per_seed: pd.DataFrame, by: tuple[str, ...], col: str, a:
     return stats.summarize_modes(per_seed, group_cols=by, mode_col=col, a=a, b=b)
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def paired_summary(per_seed: pd.DataFrame, x: str, col: str, a: str, b: str, family_T: int) -> pd.DataFrame:
+    """a against b of the same seed per x (engine.core.stats.paired_summary): mean difference with its CI,
+    Wilcoxon p, Holm p within each side of family_T (below, at, beyond), and the paper's Cliff's delta and
+    Mann-Whitney p on the same seeds."""
+    return stats.paired_summary(per_seed, [x], col, a, b, trained_loops=family_T, loops_col=x)
+
+
+E4_FAMILIES = {"n": 1, "ratio": 0, "difference": 0}  # the T whose sides make the README's Holm families for E4:
+# n = 2..3T (n = 1 alone), the matched ratios o = 1, 2, 3, and the differences n - T > 0 (0 alone)
+
+
+def compare_folder(text: str) -> Path | None:
+    """The other results folder a comparison reads, or None for this one. A read-only copy reads only the folders
+    listed in LOOPSCOPE_COMPARE (os.pathsep-separated): a public page must not open paths its visitors type."""
+    if not text.strip():
+        return None
+    folder = Path(text.strip()).expanduser()
+    listed = [Path(p).expanduser().resolve() for p in os.environ.get("LOOPSCOPE_COMPARE", "").split(os.pathsep) if p]
+    if jobs.read_only() and folder.resolve() not in listed:
+        st.warning(f"`{folder}` is not among the folders this read-only copy compares with (LOOPSCOPE_COMPARE).")
+        return None
+    if not folder.is_dir():
+        st.warning(f"`{folder}` is not a folder.")
+        return None
+    return folder
+
+
 def mode_comparison(per_seed: pd.DataFrame, by: tuple[str, ...]) -> pd.DataFrame:
     """Cliff's delta none vs norm per group."""
     return mode_comparison_by(per_seed, by, "boundary", "norm", "none")
@@ -193,7 +211,7 @@ def _engine_rows(experiment: str, preset_name: str) -> pd.DataFrame | None:
 
 
 def engine_level(choice: str):
-    """A difficulty choice of the page ('in-range mean', ..., or a difficulty) as the engine names it."""
+    """A difficulty choice of the page ('in-range mean', ..., or a difficulty) as engine.experiments.e3 names it."""
     return ENGINE_LEVELS.get(choice) or int(choice)
 
 
@@ -202,8 +220,8 @@ def e3_levels(rows: pd.DataFrame, metric: str) -> list[str]:
     e3.IN_RANGE) and per difficulty; accuracy has every level and difficulty."""
     picked = rows[(rows["metric"] == metric) & (rows["difficulty"] != e3.IN_RANGE)]
     if metric == "recovery":
-        return [SUMMARY_LEVELS[0]] + [str(d) for d in sorted(picked["difficulty"].unique())]
-    return difficulty_options(picked)
+        return ["in-range mean"] + [str(d) for d in sorted(picked["difficulty"].unique())]
+    return [level for level in difficulty_options(picked) if level not in HELD_OUT]  # e3's own levels only
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -221,7 +239,7 @@ def _e3_curves(preset_name: str, metric: str, difficulty: str, state: tuple) -> 
 def e3_curves(preset_name: str, metric: str, difficulty: str) -> tuple[pd.DataFrame | None, str | None]:
     """Per task, target, refit step and n: the mean over seeds with its CI, seeds guarded and plateau:
     engine.experiments.e3.summarize for the in-range recovery (the claims' table), else e3.curves."""
-    return _e3_curves(preset_name, metric, difficulty, _tables_state(results_root()))
+    return _e3_curves(preset_name, metric, difficulty, tables_state(results_root()))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -231,40 +249,44 @@ def _e3_seed_values(preset_name: str, metric: str, difficulty: str, state: tuple
 
 def e3_seed_values(preset_name: str, metric: str, difficulty: str) -> pd.DataFrame:
     """The per-seed values behind e3_curves (engine.experiments.e3.seed_values)."""
-    return _e3_seed_values(preset_name, metric, difficulty, _tables_state(results_root()))
+    return _e3_seed_values(preset_name, metric, difficulty, tables_state(results_root()))
 
 
-def _e4_rows(preset_name: str, task: str, difficulty: str) -> pd.DataFrame:
-    rows = table("e4", preset_name).rows
+def _e4_rows(root: str, preset_name: str, task: str, difficulty: str) -> pd.DataFrame:
+    rows = table("e4", preset_name, Path(root)).rows
     rows = rows[(rows["task"] == task) & level_mask(rows, difficulty)]
     return rows.drop(columns="range")
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _e4_summaries(preset_name: str, task: str, difficulty: str, axis: str, metric: str, state: tuple):
-    rows = _e4_rows(preset_name, task, difficulty)
+def _e4_summaries(root: str, preset_name: str, task: str, difficulty: str, axis: str, metric: str, state: tuple):
+    rows = _e4_rows(root, preset_name, task, difficulty)
     try:
         return e4.curves(rows, axis, metric), e4.compare(rows, axis, metric), None
     except Exception as e:
         return None, None, f"`e4-{preset_name}.parquet` could not be summarised ({type(e).__name__}: {e})."
 
 
-def e4_summaries(preset_name: str, task: str, difficulty: str, axis: str, metric: str):
+def e4_summaries(preset_name: str, task: str, difficulty: str, axis: str, metric: str, root: Path | None = None):
     """E4 on the task's rows at the chosen difficulties, on one axis (n, ratio n/T, difference n - T):
     each architecture's curve per mode (engine.experiments.e4.curves) and looped vs stacked where both
     exist (e4.compare: the gap, Cliff's delta with its CI, p); with E4's modes, where the stacked model
     run as `norm->none` stands for `none`. All difficulties pooled, this is e4.summarize's table."""
-    return _e4_summaries(preset_name, task, difficulty, axis, metric, _tables_state(results_root()))
+    root = root or results_root()
+    return _e4_summaries(str(root), preset_name, task, difficulty, axis, metric, tables_state(root))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _e4_seed_values(preset_name: str, task: str, difficulty: str, axis: str, metric: str, state: tuple):
-    return e4.seed_values(_e4_rows(preset_name, task, difficulty), axis, metric)
+def _e4_seed_values(root: str, preset_name: str, task: str, difficulty: str, axis: str, metric: str, state: tuple):
+    return e4.seed_values(_e4_rows(root, preset_name, task, difficulty), axis, metric)
 
 
-def e4_seed_values(preset_name: str, task: str, difficulty: str, axis: str, metric: str) -> pd.DataFrame:
+def e4_seed_values(
+    preset_name: str, task: str, difficulty: str, axis: str, metric: str, root: Path | None = None
+) -> pd.DataFrame:
     """The per-seed values behind e4_summaries (engine.experiments.e4.seed_values)."""
-    return _e4_seed_values(preset_name, task, difficulty, axis, metric, _tables_state(results_root()))
+    root = root or results_root()
+    return _e4_seed_values(str(root), preset_name, task, difficulty, axis, metric, tables_state(root))
 
 
 # ---------------------------------------------------------------- E1's manifest
@@ -297,33 +319,6 @@ def e1_top_tokens(manifest: dict, task: str) -> pd.DataFrame:
     table = table.sort_index().T
     table.columns = [f"n={n}" for n in table.columns]
     return table.rename_axis("mode").reset_index()
-
-
-# ---------------------------------------------------------------- claims
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _claims(root: str, experiment: str, preset_name: str, state: tuple) -> tuple[list[dict] | None, list[str]]:
-    """REGISTRY[experiment].claims(summarize(rows, preset), T per task); None where the engine has none."""
-    t = table(experiment, preset_name)
-    if t.rows is None:
-        return [], t.problems
-    module = REGISTRY.get(experiment)
-    if module is None:
-        return None, []
-    rows = t.rows.drop(columns="range")
-    try:
-        summary = module.summarize(rows, preset_name)
-        trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
-        return module.claims(summary, trained), []
-    except Exception as e:  # a table too small or too odd to summarise is a message, not a crash
-        return [], [f"`{experiment}-{preset_name}.parquet` could not be summarised ({type(e).__name__}: {e})."]
-
-
-def claims(experiment: str, preset_name: str) -> tuple[list[dict] | None, list[str]]:
-    """The paper's claims with measured figures and verdicts (None: the engine gives no verdicts yet)."""
-    root = results_root()
-    return _claims(str(root), experiment, preset_name, _tables_state(root))
 
 
 # ---------------------------------------------------------------- runs

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from dashboard import charts
+from dashboard import charts, results
+from dashboard.results import catalog  # noqa: F401  (one definition, shared with the dashboard)
 from engine import paper
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.experiments import REGISTRY, e3, e4
 
-TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
-SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
 TITLES = {"e1": "E1 · released Ouro weights", "e2": "E2 · norm vs none, from scratch",
           "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked"}  # fmt: skip
 STYLE = """
@@ -38,16 +37,6 @@ figure{margin:1.4em 0}figure svg{max-width:100%;height:auto}figcaption{font-size
 table{border-collapse:collapse;font-size:.88em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 pre{background:#f5f5f5;padding:10px;overflow-x:auto}
 """
-
-
-def catalog(root: Path) -> dict[str, list[str]]:
-    """{experiment: the presets at which its table exists under root, largest first}."""
-    found: dict[str, list[str]] = {}
-    for path in sorted(Path(root).glob("e*-*.parquet")) if Path(root).is_dir() else []:
-        if m := TABLE_NAME.match(path.name):
-            found.setdefault(m.group(1), []).append(m.group(2))
-    order = {n: i for i, n in enumerate(SCALE_ORDER)}
-    return {e: sorted(p, key=lambda n: (order.get(n, len(order)), n)) for e, p in sorted(found.items())}
 
 
 def chosen_tables(root: Path, preset_name: str | None = None) -> dict[str, str]:
@@ -74,16 +63,14 @@ def _svg(chart) -> str:
 # ---------------------------------------------------------------- claims
 
 
-def claims(experiment: str, rows: pd.DataFrame, preset_name: str) -> tuple[list[dict] | None, str | None]:
-    """REGISTRY[experiment].claims on its summary (None where the engine gives no verdicts), or a problem."""
-    module = REGISTRY.get(experiment)
-    if module is None:
-        return None, None
+def claims(experiment: str, rows: pd.DataFrame, preset_name: str) -> tuple[list[dict] | None, str | None, str | None]:
+    """(claims, rules, problem): dashboard.results.claims_of, the same verdicts as the overview's cards (the README's
+    rules where the table has held-out items, else the module's own); claims None where the engine has none."""
     try:
-        trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
-        return module.claims(module.summarize(rows, preset_name), trained), None
+        rules, found = results.claims_of(experiment, rows, preset_name)
+        return (found if rules else None), rules, None
     except Exception as e:  # too small or too odd a table: a sentence in the report
-        return [], f"{experiment}-{preset_name}.parquet could not be summarised ({type(e).__name__}: {e})"
+        return [], None, f"{experiment}-{preset_name}.parquet could not be summarised ({type(e).__name__}: {e})"
 
 
 def card_html(title: str, claim: dict, scale: str) -> str:
@@ -96,13 +83,55 @@ def card_html(title: str, claim: dict, scale: str) -> str:
     )
 
 
+def _outcome_badge(outcome: str, prefix: str = "") -> str:
+    kind = {"holds": "yes", "does NOT hold": "no"}.get(outcome, "none")
+    return f'<span class="badge {kind}">{_esc(prefix + outcome)}</span>'
+
+
+def rule_card_html(title: str, card: dict, scale: str, experiment: str) -> str:
+    """A claim under the README's verdict rules (dashboard.results.rule_cards): each analysis at the held-out
+    mean and the hardest held-out difficulty, as the overview shows it."""
+    analyses = card["analyses"]
+    if (experiment, card["claim"]) in results.SAME_RULE:
+        analyses = {"both": analyses["paper"]}
+    mean = results.LEVELS[0]
+    head = "".join(_outcome_badge(a["levels"][mean][0], f"{name}: ") for name, a in analyses.items() if mean in
+                   a["levels"])  # fmt: skip
+    body = []
+    for name, a in analyses.items():
+        lines = [f"{_esc(lvl)}: {_outcome_badge(o)} {_md(m)}" for lvl, (o, m) in a["levels"].items()]
+        lines += [f"holds at {_esc(a['difficulties'])} held-out difficulties"] if a["difficulties"] else []
+        body.append(f"<p><b>{_esc(results.ANALYSES[name])}</b><br>{'<br>'.join(lines)}</p>")
+    return (
+        f'<div class="card claim rule"><b>{_esc(title)}</b>{head}<p>{_md(card["text"])}<br>'
+        f"<b>Paper:</b> {_md(card['paper'])}</p>{''.join(body)}<p><b>Scale:</b> {_esc(scale)}</p></div>"
+    )
+
+
 # ---------------------------------------------------------------- figures: (title, chart, caption)
 
 
-def _in_range(rows: pd.DataFrame, preset_name: str) -> pd.DataFrame:
+def _in_range(rows: pd.DataFrame, preset_name: str) -> tuple[pd.DataFrame, str]:
+    """The judged items and their name: the held-out in-range ones where the table has them (the verdict rules'
+    level (i)), else the in-range difficulties (all rows where the preset's training range is unknown)."""
+    if results.has_heldout(rows):
+        held = rows[rows["split"] == "heldout"]
+        return held, f"held-out items, difficulties {', '.join(map(str, sorted(held['difficulty'].unique())))}"
     ranges = train_ranges(preset_name, rows["task"].unique())
     inside = [d in ranges.get(t, ()) for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
-    return rows[inside] if any(inside) else rows
+    if not any(inside):
+        return rows, "all difficulties"
+    note = "split not recorded (first design: in-range items mostly seen in training)" if "split" not in rows else ""
+    return rows[inside], "in-range difficulties" + (f"; {note}" if note else "")
+
+
+def _items(rows: pd.DataFrame) -> str:
+    """The `split` of the rows, per split the difficulties: what an accuracy figure over them is measured on."""
+    if "split" not in rows:
+        return "split not recorded (first design: in-range items mostly seen in training)"
+    by = rows.groupby("split")["difficulty"].unique()
+    names = {"heldout": "held-out", "seen": "seen in training", "beyond": "beyond the training range"}
+    return "; ".join(f"{names.get(k, k)} ({', '.join(map(str, sorted(v)))})" for k, v in by.items())
 
 
 def _mode_curves(rows: pd.DataFrame, metric: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -121,20 +150,31 @@ def _mode_curves(rows: pd.DataFrame, metric: str = "accuracy") -> tuple[pd.DataF
 def e2_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
     out = []
     for task in sorted(rows["task"].unique()):
-        part = _in_range(rows[(rows["task"] == task) & (rows["arch"] == "looped")], preset_name)
+        part, items = _in_range(rows[(rows["task"] == task) & (rows["arch"] == "looped")], preset_name)
         curve, per_seed = _mode_curves(part)
         T = int(part["trained_loops"].max())
         chart = charts.curves(curve, "eval_loops", charts.N_TITLE, "accuracy (fraction correct)",
                               budgets=charts.budget_rules(T), chance=charts.CHANCE)  # fmt: skip
         n = int(per_seed.groupby("series")["seed"].nunique().min())
-        out.append((f"E2 · {task}: accuracy per n (in-range difficulties)", chart,
-                    charts.caption(n, curve["ci_method"], charts.CHANCE)))  # fmt: skip
+        out.append((f"E2 · {task}: accuracy per n ({items.split(';')[0]})", chart,
+                    charts.caption(n, curve["ci_method"], charts.CHANCE) + f" Items: {items}."))  # fmt: skip
         pair = per_seed[per_seed["boundary"].isin(["norm", "none"])]
         if {"norm", "none"} <= set(pair["boundary"]):
             summary = stats.summarize_modes(pair, group_cols=("eval_loops",), mode_col="boundary", a="norm", b="none")
             chart = charts.delta_chart(summary, "eval_loops", charts.N_TITLE, charts.budget_rules(T))
             what = "Positive: `none` better. Cliff's δ over seeds with its 95% bootstrap CI (summarize_modes)."
-            out.append((f"E2 · {task}: Cliff's δ per n, none vs norm", chart, what))
+            out.append((f"E2 · {task}: Cliff's δ per n, none vs norm", chart, f"{what} Items: {items}."))
+            diffs = pair.pivot_table(index=["seed", "eval_loops"], columns="boundary", values="value")
+            diffs = (diffs["none"] - diffs["norm"]).dropna().rename("diff").reset_index()
+            paired = pd.DataFrame(
+                [{"eval_loops": n, "n_pairs": len(d), **stats.paired_mean_ci(d["diff"].to_numpy())._asdict()}
+                 for n, d in diffs.groupby("eval_loops")]
+            ).rename(columns={"estimate": "mean_diff", "low": "ci_low", "high": "ci_high"})  # fmt: skip
+            chart = charts.paired_chart(paired, diffs, "eval_loops", charts.N_TITLE, "none − norm, same seed",
+                                        charts.budget_rules(T))  # fmt: skip
+            what = ("Thin lines: each seed's none − norm; black: the mean with its 95% bootstrap CI over seeds "
+                    "(stats.paired_mean_ci); the Wilcoxon tests are on the cards.")  # fmt: skip
+            out.append((f"E2 · {task}: paired per seed, none − norm", chart, f"{what} Items: {items}."))
     return out
 
 
@@ -175,7 +215,7 @@ def e4_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
             part = part.rename(columns={"x": x}).assign(series=[f"{a}, {mode}" for a in part["arch"]])
             chart = charts.curves(part, x, x_title, "accuracy (fraction correct)", chance=charts.CHANCE,
                                   budgets=charts.budget_rules(1.0, "n = T"), legend_title="model, mode")  # fmt: skip
-            what = f"{task}, all difficulties, mode {mode} (e4.curves). "
+            what = f"{task}, all difficulties, mode {mode} (e4.curves). Items: {_items(rows[rows['task'] == task])}. "
             cap = charts.caption(int(part["n"].min()), part["ci_method"], charts.CHANCE, what)
             out.append((f"E4 · {task}: looped vs stacked at matched n / T, mode {mode}", chart, cap))
     return out
@@ -289,7 +329,7 @@ def html(root: Path, preset_name: str | None = None) -> str:
     parts.append("<h2>Claims</h2>")
     for experiment, preset_name_ in tables.items():
         rows = frames[experiment]
-        found, problem = claims(experiment, rows, preset_name_)
+        found, rules, problem = claims(experiment, rows, preset_name_)
         problems += [problem] if problem else []
         seeds = sorted(int(s) for s in rows["seed"].unique())
         scale = f"{experiment}-{preset_name_}.parquet: {preset_name_} preset, {len(seeds)} seed(s)"
@@ -297,9 +337,12 @@ def html(root: Path, preset_name: str | None = None) -> str:
         if found is None:
             parts.append(f"<p>No verdicts: the engine gives none for {experiment} ({_esc(scale)}).</p>")
             continue
-        cards = [
-            card_html(f"{TITLES.get(experiment, experiment)} ({c['claim']}) · {c['task']}", c, scale) for c in found
-        ]
+        name = TITLES.get(experiment, experiment)
+        if rules == "verdicts":
+            found = results.rule_cards(experiment, found)
+            cards = [rule_card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale, experiment) for c in found]
+        else:
+            cards = [card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale) for c in found]
         parts.append(f'<div class="cards">{"".join(cards)}</div>')
     for problem in problems:
         parts.append(f'<p class="problem"><b>Problem:</b> {_esc(problem)}</p>')

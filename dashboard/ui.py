@@ -7,13 +7,25 @@ selectbox writes the displayed label into the URL).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import altair as alt
-import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data
+from dashboard import results
+
+if TYPE_CHECKING:  # the overview imports this module: nothing heavy on its way (charts imports Altair)
+    import altair as alt
+    import pandas as pd
+
+    from dashboard import data
+
+
+STUDY_HELP = (
+    "The tables found, largest study first. cpu: the second CPU study (held-out items, the README's verdict rules); "
+    "cpu-1layer: the first, an earlier design."
+)
 
 
 def select(label: str, options: Sequence, key: str, default=None, **kw):
@@ -38,12 +50,34 @@ def toggle(label: str, key: str, default: bool = False, **kw) -> bool:
     return st.toggle(label, value=default, key=key, bind="query-params", **kw)
 
 
-def pick_preset(experiment: str, key: str = "preset") -> str | None:
-    """The scale to show: a selector where several presets exist, else the only one (or None)."""
-    options = data.presets(experiment)
+def pick_study(options: Sequence[str], key: str = "preset") -> str | None:
+    """The study (preset) to show: a selector where there are several, else the only one (or None). One label
+    and help on every page, so the selector keeps its value (and its URL parameter) from page to page."""
     if len(options) > 1:
-        return select("scale (preset)", options, key, help="Tables found for this experiment; largest scale first.")
+        return select("study (preset)", options, key, help=STUDY_HELP)
     return options[0] if options else None
+
+
+def pick_preset(experiment: str, key: str = "preset") -> str | None:
+    """The study whose table of this experiment to show (pick_study over the presets it exists at)."""
+    return pick_study(results.presets(experiment), key)
+
+
+def compare_root_widget() -> str:
+    """The other results folder to compare with, bound to the URL (`vs_root`); empty: this folder. A read-only
+    copy offers only the folders listed in LOOPSCOPE_COMPARE."""
+    from engine.runtime import jobs
+
+    listed = [p for p in os.environ.get("LOOPSCOPE_COMPARE", "").split(os.pathsep) if p]
+    if jobs.read_only():
+        return select("other results folder", ["", *listed], "vs_root", help="LOOPSCOPE_COMPARE's folders.") or ""
+    return st.text_input(
+        "other results folder (empty: this one)",
+        key="vs_root",
+        bind="query-params",
+        placeholder=str(results.results_root()),
+        help="A folder with `e*-<preset>.parquet` tables, e.g. one `loopscope pull` fetched.",
+    )
 
 
 def scale_note(table: data.Table) -> str:
@@ -64,6 +98,8 @@ def not_run_yet(what: str, command: str, problems: Sequence[str] = ()) -> None:
 
 def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: str) -> None:
     """A chart, its caption, and downloads: PNG and SVG (rendered on click) and the plotted data as CSV."""
+    from dashboard import charts
+
     st.altair_chart(chart, width="stretch")
     st.caption(caption)
     png, svg, csv = st.columns(3, gap="small", width=360)

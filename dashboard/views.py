@@ -88,6 +88,36 @@ def task_and_difficulty(rows: pd.DataFrame, default: str | None = None) -> tuple
     return rows, task, difficulty
 
 
+KNOBS = {"parity": "m", "chain": "k"}
+
+
+def _spans(values: Sequence[int]) -> str:
+    """1, 2, 3, 5 -> '1–3, 5'."""
+    values, out = sorted(set(int(v) for v in values)), []
+    for v in values:
+        if out and v == out[-1][1] + 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return ", ".join(f"{a}–{b}" if b > a + 1 else f"{a}, {b}" if b > a else f"{a}" for a, b in out)
+
+
+def split_note(rows: pd.DataFrame, task: str, difficulty: str) -> str:
+    """Where the plotted items come from (the rows' `split`): held out from training, seen in training, or
+    beyond the training range, per difficulty; the sentence every accuracy figure's caption ends with."""
+    picked = rows[data.level_mask(rows, difficulty)] if len(rows) else rows
+    if "split" not in rows:
+        return " Items: this table records no `split` (the first CPU study's in-range items were mostly seen)."
+    knob = KNOBS.get(task, "difficulty")
+    parts = []
+    for split, words in data.SPLITS.items():
+        at = picked.loc[picked["split"] == split, "difficulty"]
+        if len(at):
+            where = "the in-range mean, as E3 stores it" if set(at) == {0} else f"{knob} = {_spans(at)}"
+            parts.append(f"{words} ({where})")
+    return " Items (`split`): " + ("; ".join(parts) if parts else "none") + "."
+
+
 def difficulty_label(rows: pd.DataFrame, task: str, difficulty: str) -> str:
     """'in-range mean' as is; a single difficulty named by its knob and placed against the training range."""
     if not difficulty.isdigit():
@@ -145,7 +175,9 @@ def e4_budgets(rows: pd.DataFrame, axis: str, mode: str) -> pd.DataFrame:
     return charts.budget_rules(1.0 if axis == "ratio" else 0, "n = T")
 
 
-def delta_section(per_seed: pd.DataFrame, x: str, x_title: str, budgets: pd.DataFrame | None, name: str) -> None:
+def delta_section(
+    per_seed: pd.DataFrame, x: str, x_title: str, budgets: pd.DataFrame | None, name: str, note: str = ""
+) -> None:
     """Cliff's delta none vs norm per x, over seeds, with the magnitude bands and a caption."""
     if not {"norm", "none"} <= set(per_seed["boundary"]):
         st.info("Cliff's δ compares `none` with `norm`: select both modes to see it.")
@@ -159,8 +191,144 @@ def delta_section(per_seed: pd.DataFrame, x: str, x_title: str, budgets: pd.Data
         "each mode (BCa, percentile fallback). Shading: "
         + ", ".join(f"|δ| < {cut} {name}" for cut, name in paper.DELTA_MAGNITUDES)
         + ", else large. p: two-sided Mann–Whitney U (in the CSV and tooltips)."
+        + note
     )
     ui.figure(chart, summary, name, caption)
+
+
+def seed_differences(per_seed: pd.DataFrame, x: str, col: str, a: str, b: str) -> pd.DataFrame:
+    """Per seed and x: value(a) - value(b) of the same seed (seed, x, diff), where the seed has both."""
+    wide = per_seed[per_seed[col].isin([a, b])].pivot_table(index=["seed", x], columns=col, values="value")
+    if not {a, b} <= set(wide.columns):
+        return pd.DataFrame(columns=["seed", x, "diff"])
+    return (wide[a] - wide[b]).dropna().rename("diff").reset_index()
+
+
+PAIRED_COLUMNS = {
+    "side": "side of T",
+    "n_pairs": _number("seeds (pairs)", "%d"),
+    "mean_diff": _number("mean difference", "%+.3f"),
+    "ci_low": _number("95% CI low", "%+.3f"),
+    "ci_high": _number("95% CI high", "%+.3f"),
+    "wilcoxon_p": _number("Wilcoxon p", "%.3g"),
+    "wilcoxon_p_holm": _number("Holm p", "%.3g"),
+    "cliffs_delta": _number("Cliff's δ (unpaired)", "%+.3f"),
+    "mann_whitney_p": _number("Mann–Whitney p", "%.3g"),
+}
+
+
+def paired_section(
+    per_seed: pd.DataFrame,
+    x: str,
+    x_title: str,
+    col: str,
+    pair: tuple[str, str],
+    family_T: int,
+    budgets: pd.DataFrame | None,
+    name: str,
+    what: str,
+) -> pd.DataFrame | None:
+    """The paired view: a - b of the same seed per x, one thin line per seed, the mean with its 95% CI, zero
+    and T marked (charts.paired_chart), from engine.core.stats.paired_summary (Wilcoxon signed-rank, Holm
+    within each side of family_T). Returns the summary (None where the pairs are missing)."""
+    a, b = pair
+    diffs = seed_differences(per_seed, x, col, a, b)
+    if diffs.empty:
+        st.info(f"The paired view needs `{a}` and `{b}` of the same seeds.")
+        return None
+    both = per_seed[per_seed[x].isin(set(diffs[x]))]
+    summary = data.paired_summary(both, x, col, a, b, family_T)
+    y_title = f"{a} − {b}, same seed"
+    chart = charts.paired_chart(summary, diffs, x, x_title, y_title, budgets)
+    caption = (
+        f"{what}Thin lines: each seed's {a} − {b}; "
+        f"black: their mean with a 95% bootstrap CI over seeds (engine.core.stats.paired_summary). Wilcoxon "
+        "signed-rank p, Holm-corrected within the README's families, in the table and the tooltips."
+    )
+    ui.figure(chart, summary, name, caption)
+    return summary
+
+
+def paired_table(summary: pd.DataFrame, x: str, x_label: str, families: str = "the row's side of T") -> None:
+    """Both analyses per x, as the verdict rules read them: the paired test beside the paper's unpaired one."""
+    columns = [c for c in PAIRED_COLUMNS if c in summary]
+    st.dataframe(summary[[x, *columns]], hide_index=True, width="stretch", column_config={x: x_label} | PAIRED_COLUMNS)
+    st.caption(
+        "Paired: mean per-seed difference, its 95% bootstrap CI, the two-sided Wilcoxon signed-rank p and its "
+        f"Holm correction within {families}. Unpaired, as the paper reports: Cliff's δ and the two-sided "
+        f"Mann–Whitney p, uncorrected. α = {paper.ALPHA}."
+    )
+
+
+# ---------------------------------------------------------------- two result sets
+
+
+def comparison(experiment: str, preset_name: str) -> tuple[data.Table, str, str] | None:
+    """The `compare with` controls: another preset's table of this experiment, in this results folder or in
+    another (`vs_root`; a read-only copy offers only the folders in LOOPSCOPE_COMPARE). Returns (table, its
+    label, this table's label), or None when nothing is chosen or found."""
+    left, right = st.columns([2, 3])
+    with right:
+        folder = data.compare_folder(ui.compare_root_widget())
+    others = [p for p in data.presets(experiment, folder) if folder is not None or p != preset_name]
+    with left:
+        chosen = ui.select(
+            "compare with", ["nothing", *others], "vs", help="Overlay another result set: a preset (study) here, "
+            "or in the other results folder."
+        )  # fmt: skip
+    if chosen == "nothing":
+        return None
+    other = data.table(experiment, chosen, folder)
+    if other.rows is None:
+        for problem in other.problems:
+            st.error(problem)
+        return None
+    label = chosen if chosen != preset_name else f"{chosen} @ {folder.name}"
+    return other, label, preset_name
+
+
+def compare_budgets(sets: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The budget rule of two result sets ({label: rows}): one where they share T, else one per set, labelled."""
+    trained = {label: int(rows["trained_loops"].max()) for label, rows in sets.items()}
+    if len(set(trained.values())) == 1:
+        return charts.budget_rules(next(iter(trained.values())))
+    return pd.concat([charts.budget_rules(T, f"T = {T} ({label})") for label, T in trained.items()], ignore_index=True)
+
+
+def compare_section(
+    sets: dict[str, tuple[pd.DataFrame, pd.DataFrame]],
+    x: str,
+    x_title: str,
+    y_title: str,
+    name: str,
+    what: str,
+    budgets: pd.DataFrame | None = None,
+    **curve_kw,
+) -> None:
+    """Two result sets overlaid (each set's series dashed differently), then the difference of their means
+    per x (first − second) with Cliff's δ and the Mann–Whitney p per x (engine.core.stats.summarize_modes;
+    the sets' seeds are different models, so nothing is paired). sets: {label: (curve stats, per-seed values)}."""
+    (first, (stats_a, seeds_a)), (second, (stats_b, seeds_b)) = sets.items()
+    both = pd.concat([stats_a.assign(set=first), stats_b.assign(set=second)], ignore_index=True)
+    both = both.assign(series=both["series"] + charts.SET_SEP + both["set"])
+    chart = charts.curves(both, x, x_title, y_title, budgets=budgets, dash="set", legend_title="series", **curve_kw)
+    caption = (
+        f"{what}Solid: {first}; dashed: {second}; each the mean over its own seeds with its 95% bootstrap CI "
+        "over seeds."
+    )
+    ui.figure(chart, both, f"{name}-compare", caption)
+    keys = ["series", x]
+    diffs = stats_a[[*keys, "mean"]].merge(stats_b[[*keys, "mean"]], on=keys, suffixes=("_a", "_b"))
+    diffs = diffs.assign(diff=diffs["mean_a"] - diffs["mean_b"])
+    per_seed = pd.concat([seeds_a.assign(set=first), seeds_b.assign(set=second)], ignore_index=True)
+    tests = data.mode_comparison_by(per_seed, tuple(keys), "set", second, first)
+    diffs = diffs.merge(tests[[*keys, "delta", "delta_ci_low", "delta_ci_high", "p_value"]], on=keys, how="left")
+    chart = charts.difference_chart(diffs, x, x_title, f"{first} − {second}", budgets)
+    caption = (
+        f"Difference of the means per x, {first} − {second}. Cliff's δ ({first} vs {second}, over seeds) with its "
+        "95% bootstrap CI and the two-sided Mann–Whitney p per x are in the CSV."
+    )
+    ui.figure(chart, diffs, f"{name}-difference", caption)
 
 
 def n_per_series(per_seed: pd.DataFrame) -> int:
@@ -192,9 +360,10 @@ def norms_section(
     modes: Sequence[str],
     name_prefix: str,
     tokens: pd.DataFrame | None = None,
-) -> None:
+) -> tuple[str, pd.DataFrame, pd.DataFrame] | None:
     """State norm per step beside the top-token share per step, for the chosen task, difficulty and modes.
-    tokens: the decoded top token per mode and step, where the rows' token ids are not engine.core.tasks'."""
+    tokens: the decoded top token per mode and step, where the rows' token ids are not engine.core.tasks'.
+    Returns the state-norm metric shown with its curves and per-seed values (None when nothing is drawn)."""
     left, right = st.columns(2)
     with left:
         metric = ui.select(
@@ -209,13 +378,14 @@ def norms_section(
     rows = rows[rows["boundary"].isin(modes) & (rows["arch"] == "looped")]
     if rows.empty:
         st.info("Nothing to draw: select at least one mode.")
-        return
+        return None
     budgets = budgets_of(rows)
     name = f"{name_prefix}-{task}-{difficulty}".replace(" ", "_")
     norm_col, share_col = st.columns(2)
     with norm_col:
         st.subheader("State norm per step")
         stats, per_seed = curves_of(rows, metric, difficulty)
+        shown = metric, stats, per_seed
         chart = charts.curves(
             stats,
             "eval_loops",
@@ -227,9 +397,8 @@ def norms_section(
             y_log=log_y,
         )
         what = "Mean state norm at the answer position, averaged over the chosen difficulties. "
-        ui.figure(
-            chart, stats, f"{name}-{metric}", charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
-        )
+        caption = charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
+        ui.figure(chart, stats, f"{name}-{metric}", caption + split_note(rows, task, difficulty))
         growth = norm_growth_table(rows[data.level_mask(rows, difficulty)], modes)
         if len(growth):
             st.dataframe(growth, hide_index=True, width="stretch", column_config=_ratio_format(growth))
@@ -254,11 +423,13 @@ def norms_section(
         what = "1.0: the head gives one token for every example (it has committed). "
         caption = charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
         caption += " Labels are exactly balanced, so a correct model's share is 0.5 (dotted)."
+        caption += split_note(rows, task, difficulty)
         ui.figure(chart, stats, f"{name}-top_token_share", caption)
         tokens = top_tokens(rows, difficulty) if tokens is None else tokens[tokens["mode"].isin(modes)]
         if len(tokens):
             st.dataframe(tokens, hide_index=True, width="stretch")
             st.caption("The most frequent predicted token per step (the commonest over seeds and difficulties).")
+    return shown
 
 
 def top_tokens(rows: pd.DataFrame, difficulty: str) -> pd.DataFrame:

@@ -1,6 +1,13 @@
-"""End to end in a real browser: `streamlit run` on smoke results, a deep link restores the view, a widget
-change rewrites the URL, the CSV and PNG downloads arrive, and a screenshot is kept for a person to look at."""
+"""Every page end to end in a real browser (Chromium through Playwright) on `streamlit run`: each opens by a deep
+link that restores its widgets, one widget change rewrites the URL and redraws the figures, one export downloads,
+and a full-page screenshot of each is kept for a person to look at ($LOOPSCOPE_SCREENSHOTS, else a folder of the
+test run, printed at the end). The static report is opened from disk in tests/test_report.py.
 
+The results are real: E2, E3 and E4 trained here at the smoke preset (parity, seeds 0-1), their upper in-range
+difficulties labelled held out (tests.test_dashboard.relabel_heldout: smoke holds nothing out), beside the
+shipped first study's E2 table and the E1 demonstration where this checkout has them."""
+
+import json
 import os
 import re
 import shutil
@@ -8,17 +15,20 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from engine.core.store import Store
-from engine.experiments import e2
+from engine.experiments import e3, e4
+from tests.test_dashboard import relabel_heldout, smoke_results
 
 CHROMIUM = Path("/usr/bin/chromium")
 APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
-SCREENSHOT = Path("/tmp/loopscope-dashboard.png")
+SHIPPED = Path(__file__).resolve().parents[1] / "cached_results"
+TIMEOUT_S = 300  # per step: generous, the development VM's 2 cores are shared with training runs
 
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="the pip package `playwright` is not installed (pip install playwright)"
@@ -37,15 +47,36 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """`streamlit run dashboard/app.py` on 127.0.0.1 over E2 smoke results; yields its base URL."""
-    root = tmp_path_factory.getbasetemp() / "loopscope-smoke"  # shared with test_dashboard: cached runs are reused
-    e2.run("smoke", [0, 1], Store(root), tasks=("parity",), progress=False)
+def results(tmp_path_factory) -> Path:
+    if os.environ.get("LOOPSCOPE_BROWSER_RESULTS"):  # a folder this fixture made before: rerun the browser alone
+        return Path(os.environ["LOOPSCOPE_BROWSER_RESULTS"])
+    shared = smoke_results(tmp_path_factory)  # E2 (shared with test_dashboard: cached runs are reused)
+    e3.run("smoke", [0, 1], Store(shared), tasks=("parity",), progress=False)
+    e4.run("smoke", [0, 1], Store(shared), tasks=("parity",), progress=False)
+    root = relabel_heldout(shared, tmp_path_factory.mktemp("browser-results"))
+    for name in ("e2-cpu-1layer.parquet", "e1-demo.parquet", "e1-demo.json"):
+        if (SHIPPED / name).exists():
+            shutil.copyfile(SHIPPED / name, root / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = Path(os.environ.get("LOOPSCOPE_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    print(f"\nscreenshots: {folder}")
+
+
+@pytest.fixture(scope="module")
+def server(results, tmp_path_factory):
+    """`streamlit run dashboard/app.py` on 127.0.0.1 over `results`; yields its base URL."""
     port = free_port()
     log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "w")  # noqa: SIM115 (closed below)
     command = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true"]
     command += ["--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(command, env=dict(os.environ, LOOPSCOPE_RESULTS=str(root)), stdout=log, stderr=log)
+    env = dict(os.environ, LOOPSCOPE_RESULTS=str(results), LOOPSCOPE_CACHE=str(tmp_path_factory.mktemp("cache")))
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -73,53 +104,210 @@ def browser():
         chromium.close()
 
 
-def download_button(page, label: str):
-    """The first figure's own download button (not the chart toolbar's "Download as PNG")."""
-    return page.get_by_test_id("stDownloadButton").get_by_role("button", name=label, exact=True).first
-
-
-def test_deep_link_widget_change_downloads_and_screenshot(server, browser, tmp_path):
+def open_page(browser, url: str, heading: str, first_timeout_s: float = TIMEOUT_S):
     page = browser.new_page(viewport={"width": 1400, "height": 1900}, accept_downloads=True)
-    page.set_default_timeout(60_000)
-    page.goto(f"{server}/accuracy?task=parity&difficulty=5&modes=none&modes=norm-%3Enone&seeds=true")
-    page.get_by_role("heading", name="Accuracy vs depth").wait_for()
-    page.get_by_test_id("stVegaLiteChart").first.wait_for()
+    page.set_default_timeout(TIMEOUT_S * 1000)
+    page.goto(url)
+    page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=first_timeout_s * 1000)
+    return page
 
-    # the deep link restored the view
-    assert page.get_by_role("combobox", name=re.compile(r"^difficulty")).input_value() == "5"
-    pills = page.get_by_test_id("stButtonGroup").first.locator("button")
-    pressed = {b.inner_text(): b.get_attribute("aria-pressed") for b in pills.all() if b.inner_text()}
-    assert pressed == {"norm": "false", "none": "true", "norm->none": "true"}
-    assert page.get_by_test_id("stCheckbox").filter(has_text="per-seed lines").locator("input").is_checked()
 
-    # a widget change is written back into the URL, and the second panel (Cliff's delta) appears
-    pills.filter(has_text=re.compile(r"^norm$")).click()
-    page.wait_for_url(re.compile(r"modes=norm(&|$)"))
-    page.get_by_test_id("stVegaLiteChart").nth(1).wait_for()
-    page.get_by_text("Cliff's δ per n").wait_for()
+def figures(page, count: int) -> None:
+    """Wait for `count` figures, each drawn (a canvas or SVG of real size) with no error on the page."""
+    charts = page.get_by_test_id("stVegaLiteChart")
+    charts.nth(count - 1).wait_for()
+    page.wait_for_function(
+        "n => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].slice(0, n).every("
+        "c => [...c.querySelectorAll('canvas, svg.marks')].some(e => e.getBoundingClientRect().width > 100 && "
+        "e.getBoundingClientRect().height > 100))",
+        arg=count,
+    )
+    assert charts.count() == count
+    assert page.get_by_test_id("stException").count() == 0
+    assert not page.get_by_text("could not be drawn").count()
 
-    # the figure's data as CSV, and the PNG rendered on demand
-    with page.expect_download() as csv:
-        download_button(page, "CSV").click()
-    assert csv.value.suggested_filename == "e2-smoke-parity-accuracy-5.csv"
-    header = Path(csv.value.path()).read_text().splitlines()[0]
-    assert {"series", "eval_loops", "mean", "ci_low", "ci_high", "n", "ci_method"} <= set(header.split(","))
-    with page.expect_download() as png:
-        download_button(page, "PNG").click()
-    assert Path(png.value.path()).read_bytes().startswith(b"\x89PNG")
 
-    page.wait_for_timeout(500)  # let the charts finish drawing
-    shot = tmp_path / "dashboard.png"
-    page.screenshot(path=str(shot), full_page=True)
-    shutil.copyfile(shot, SCREENSHOT)
-    assert shot.stat().st_size > 10_000
+def query(page) -> dict:
+    return urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+
+
+def download(page, label: str, nth: int = 0) -> Path:
+    """A figure's own export (not the chart toolbar's): the nth button called `label`."""
+    button = page.get_by_test_id("stDownloadButton").get_by_role("button", name=label, exact=True).nth(nth)
+    with page.expect_download() as done:
+        button.click()
+    return Path(done.value.path()), done.value.suggested_filename
+
+
+def keep(page, shots: Path, name: str) -> None:
+    """A screenshot of the whole page: Streamlit scrolls inside its main block, so the viewport grows to it."""
+    page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')")  # the run has ended
+    height = page.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(max(height, 900) + 50, 16_000)})
+    page.wait_for_timeout(1000)  # let the charts redraw at the new size
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    assert (shots / f"{name}.png").stat().st_size > 10_000
+
+
+def url_has(page, *parts: str) -> None:
+    """Wait until the address bar's query has every part (Streamlit rewrites it in place, after the rerun)."""
+    page.wait_for_function(
+        "parts => parts.every(p => decodeURIComponent(location.search.replace(/\\+/g, ' ')).includes(p))", arg=parts
+    )
+
+
+def pill(page, label: str):
+    return page.get_by_test_id("stButtonGroup").locator("button").filter(has_text=re.compile(f"^{re.escape(label)}$"))
+
+
+def test_overview_first_render_deep_link_study_switch_and_report(server, browser, shots):
+    """A fresh server's first page (its first render timed: no verdicts cached yet), then the study switch."""
+    start = time.monotonic()  # a new server imports and computes everything here: on a shared VM that can be slow
+    page = open_page(browser, f"{server}/?study=smoke", "loopscope: does depth stay reusable?", first_timeout_s=600)
+    title = time.monotonic() - start
+    page.get_by_text("E2 (a) · parity").wait_for(timeout=600_000)
+    first_card = time.monotonic() - start
+    page.get_by_text(re.compile(r"^E4 · looped vs stacked \(matched\) · parity")).wait_for()
+    (shots / "timings.json").write_text(json.dumps({"overview_title_s": title, "overview_first_card_s": first_card}))
+    assert page.get_by_text("paired: ", exact=False).count() >= 4  # both analyses on each verdict-rule card
+    keep(page, shots, "overview-smoke")
+    studies = page.get_by_role("combobox", name=re.compile("^study"))
+    if (SHIPPED / "e2-cpu-1layer.parquet").exists():
+        assert studies.input_value() == "smoke"
+        studies.click()
+        page.get_by_role("option", name="cpu-1layer").click()
+        page.wait_for_function("() => !location.search.includes('study=smoke')")  # the default: not in the URL
+        page.get_by_text("The first CPU study").wait_for()
+        page.get_by_text(re.compile(r"reproduced")).first.wait_for()  # the first study's own claims
+        keep(page, shots, "overview-cpu-1layer")
+    with page.expect_download() as done:
+        page.get_by_role("button", name="Download report").click()
+    assert Path(done.value.path()).read_text().startswith("<!DOCTYPE html>")
+    study = studies.input_value()
+    link = "xpath=//*[contains(text(), 'E2 (a) · parity')]/following::a[contains(., 'Accuracy vs depth')][1]"
+    page.locator(link).click()  # a card's own link keeps the study and the task
+    page.get_by_role("heading", name="Accuracy vs depth", exact=True).wait_for()
+    figures(page, 3)
+    assert page.get_by_role("combobox", name=re.compile("^study")).input_value() == study
+    assert page.get_by_role("combobox", name="task").input_value() == "parity"
     page.close()
 
 
-def test_run_page_submit_polls_progress_and_cancels(server, browser):
+def test_accuracy_deep_link_widget_change_download_and_compare(server, browser, shots):
+    url = f"{server}/accuracy?preset=smoke&task=parity&difficulty=hardest+held-out&modes=none&modes=norm&seeds=true"
+    page = open_page(browser, url, "Accuracy vs depth")
+    figures(page, 3)  # accuracy, Cliff's delta, the paired view
+    assert page.get_by_role("combobox", name=re.compile(r"^difficulty")).input_value() == "hardest held-out"
+    pressed = {b.inner_text(): b.get_attribute("aria-pressed") for b in pill(page, "norm->none").all()}
+    assert pressed == {"norm->none": "false"}
+    assert page.get_by_test_id("stCheckbox").filter(has_text="per-seed lines").locator("input").is_checked()
+    page.get_by_text(re.compile(r"Items \(split\): held-out \(m = 4\)\.")).first.wait_for()
+    page.get_by_text("Both analyses per n").wait_for()
+
+    pill(page, "norm->none").click()  # a widget change is written back into the URL
+    url_has(page, "modes=norm->none")
+    assert set(query(page)["modes"]) == {"none", "norm", "norm->none"}
+    figures(page, 3)
+
+    path, name = download(page, "CSV", nth=2)  # the paired figure's data
+    assert name == "e2-smoke-parity-accuracy-hardest_held-out-paired.csv"
+    header = path.read_text().splitlines()[0].split(",")
+    assert {"eval_loops", "mean_diff", "ci_low", "ci_high", "wilcoxon_p", "wilcoxon_p_holm", "side"} <= set(header)
+    path, _ = download(page, "PNG")
+    assert path.read_bytes().startswith(b"\x89PNG")
+    keep(page, shots, "accuracy")
+    page.close()
+
+    if (SHIPPED / "e2-cpu-1layer.parquet").exists():  # the two studies overlaid, by deep link
+        page = open_page(browser, f"{server}/accuracy?preset=smoke&task=parity&vs=cpu-1layer", "Accuracy vs depth")
+        figures(page, 5)
+        page.get_by_role("heading", name="Compared with cpu-1layer").wait_for()
+        page.get_by_text("Solid: smoke; dashed: cpu-1layer").wait_for()
+        keep(page, shots, "accuracy-compare")
+        page.close()
+
+
+def test_norms_deep_link_widget_change_and_svg(server, browser, shots):
+    page = open_page(browser, f"{server}/norms?preset=smoke&task=parity&norm=norm_pre&log=true", "Norm trajectories")
+    figures(page, 2)
+    assert page.get_by_role("combobox", name="state norm").input_value() == "norm_pre"
+    page.get_by_test_id("stCheckbox").filter(has_text="per-seed lines").click()
+    url_has(page, "seeds=true")
+    figures(page, 2)
+    path, name = download(page, "SVG")
+    assert name.endswith("-norm_pre.svg") and b"<svg" in path.read_bytes()[:300]
+    keep(page, shots, "norms")
+    page.close()
+
+
+def test_refit_deep_link_widget_change_and_png(server, browser, shots):
+    page = open_page(browser, f"{server}/refit?task=parity&metric=accuracy", "Readout refit (E3)")
+    figures(page, 1)
+    n = page.get_by_role("combobox", name="inference loop count n")
+    assert n.input_value() == "3"  # n = T by default
+    n.click()
+    page.get_by_role("option", name="6", exact=True).click()
+    url_has(page, "n=6")
+    figures(page, 1)
+    page.get_by_text("n = 6").first.wait_for()
+    path, name = download(page, "PNG")
+    assert name == "e3-smoke-parity-accuracy-n6-in-range_mean.png" and path.read_bytes().startswith(b"\x89PNG")
+    keep(page, shots, "refit")
+    page.close()
+
+
+def test_stacked_deep_link_widget_change_and_csv(server, browser, shots):
+    page = open_page(browser, f"{server}/stacked?task=parity&axis=ratio", "Looped vs stacked (E4)")
+    figures(page, 3)  # curves, Cliff's delta, the paired view
+    pill(page, "none").click()
+    url_has(page, "mode=none")
+    figures(page, 3)
+    assert query(page)["axis"] == ["ratio"]
+    path, name = download(page, "CSV")
+    assert name == "e4-smoke-parity-accuracy-ratio-none-all_difficulties_mean.csv"
+    assert "overshoot_ratio" in path.read_text().splitlines()[0]
+    keep(page, shots, "stacked")
+    page.close()
+
+
+def test_ouro_deep_link_widget_change_and_csv(server, browser, shots):
+    page = open_page(browser, f"{server}/ouro?metric=choice_accuracy", "Ouro (E1)")
+    page.get_by_test_id("stVegaLiteChart").first.wait_for()
+    count = page.get_by_test_id("stVegaLiteChart").count()
+    figures(page, count)
+    metric = page.get_by_role("combobox", name="metric")
+    if metric.count():  # a table (the demonstration) is there: its figures follow the metric
+        assert metric.input_value() == "choice_accuracy"
+        metric.click()
+        page.get_by_role("option", name="accuracy", exact=True).click()
+        page.wait_for_function("() => !location.search.includes('metric=choice_accuracy')")
+        figures(page, count)
+    path, name = download(page, "CSV")
+    assert name.endswith(".csv") and path.read_text().strip()
+    keep(page, shots, "ouro")
+    page.close()
+
+
+def test_runs_deep_link_widget_change_and_csv(server, browser, shots, results):
+    keys = Store(results).run_keys()
+    page = open_page(browser, f"{server}/runs?run={keys[-1]}", "Cached runs")
+    figures(page, 2)  # the run's curves and its training loss
+    run = page.get_by_role("combobox", name="run")
+    assert run.input_value() == keys[-1]
+    run.click()
+    page.get_by_role("option").filter(has_not_text=keys[-1]).first.click()
+    page.wait_for_function("key => !location.search.includes(key)", arg=keys[-1])
+    figures(page, 2)
+    path, _ = download(page, "CSV")
+    assert path.read_text().strip()
+    keep(page, shots, "runs")
+    page.close()
+
+
+def test_run_page_submit_polls_progress_and_cancels(server, browser, shots):
     """A job submitted from the Run page shows live progress (the fragment polls the job file) and cancels."""
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
-    page.set_default_timeout(60_000)
+    page.set_default_timeout(TIMEOUT_S * 1000)
     page.goto(f"{server}/run")
     page.get_by_role("heading", name="Run", exact=True).wait_for()
     seeds = page.get_by_label("seeds", exact=True).and_(page.get_by_role("textbox"))
@@ -131,6 +319,7 @@ def test_run_page_submit_polls_progress_and_cancels(server, browser):
     page.get_by_role("button", name="Submit").click()
     page.get_by_text(re.compile(r"Job \w+ submitted")).wait_for()
     page.get_by_text(re.compile(r"step \d+ of 5000")).wait_for()  # no click needed: the page polls
+    keep(page, shots, "run")
     page.get_by_role("button", name="Cancel").click()
     page.get_by_text(re.compile(r"^cancelled; submit again")).wait_for()
     page.close()

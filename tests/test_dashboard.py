@@ -76,6 +76,13 @@ def all_tables(results, tmp_path_factory):
     return root
 
 
+@pytest.fixture(autouse=True)
+def _verdict_cache(monkeypatch, tmp_path_factory):
+    """The overview's verdicts are kept on disk between processes (dashboard.results.cache_dir): in the tests'
+    own folder, never in the home directory."""
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path_factory.getbasetemp() / "verdict-cache"))
+
+
 def render(monkeypatch, root, page: str = "overview", **query) -> AppTest:
     monkeypatch.setenv("LOOPSCOPE_RESULTS", str(root))
     at = AppTest.from_file(APP, default_timeout=60)
@@ -118,10 +125,11 @@ def test_overview_shows_every_e2_claim_with_a_verdict(monkeypatch, results):
 
 def test_accuracy_page_draws_curves_and_delta_with_downloads(monkeypatch, results):
     at = render(monkeypatch, results, "accuracy")
-    accuracy, delta = charts_on(at)
+    accuracy, delta, paired = charts_on(at)
     assert "ci-band" in [layer.get("name") for layer in accuracy["layer"]]
     assert "magnitude-bands" in [layer.get("name") for layer in delta["layer"]]
-    assert len(at.download_button) == 6  # PNG, SVG, CSV for each figure
+    assert {"seeds", "mean", "ci-band", "zero", "budget"} <= {layer.get("name") for layer in paired["layer"]}
+    assert len(at.download_button) == 9  # PNG, SVG, CSV for each figure
     assert any("95% bootstrap CI over seeds" in c.value and "Chance level 0.5" in c.value for c in at.caption)
 
 
@@ -176,7 +184,7 @@ def test_refit_page_draws_recovery_with_the_paper_levels(monkeypatch, all_tables
 
 def test_stacked_page_switches_the_x_axis(monkeypatch, all_tables):
     at = render(monkeypatch, all_tables, "stacked")
-    assert len(charts_on(at)) == 2
+    assert len(charts_on(at)) == 3  # curves, Cliff's delta, the paired view
     at.segmented_control(key="axis").set_value("ratio").run()
     assert not at.exception
     spec = charts_on(at)[0]
@@ -479,7 +487,7 @@ def test_every_default_figure_draws_a_finite_value(monkeypatch, page):
         assert any(finite(v) for v in values), f"{page}: figure {i} draws no finite value ({len(values)} values)"
 
 
-SHIPPED_PRESET = "cpu-1layer"  # the shipped study the tests compare against (until the second study ships)
+SHIPPED_PRESET = "cpu-1layer"  # the first study, checked against its modules' claims (selected: `cpu` is the default)
 
 
 def shipped(experiment: str) -> pd.DataFrame:
@@ -506,7 +514,7 @@ needs_shipped = pytest.mark.skipif(not (SHIPPED / "e4-cpu-1layer.parquet").exist
 @needs_shipped
 def test_overview_cards_are_the_engine_claims(monkeypatch):
     """Each card's measured text and verdict is REGISTRY[e].claims(summarize(table, preset)) on the shipped table."""
-    at = render(monkeypatch, SHIPPED)
+    at = render(monkeypatch, SHIPPED, study=SHIPPED_PRESET)
     markdown = [m.value for m in at.markdown]
     titles = {"e2": "E2", "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked"}
     for experiment, title in titles.items():
@@ -523,7 +531,7 @@ def test_overview_cards_are_the_engine_claims(monkeypatch):
 @needs_shipped
 def test_refit_default_view_draws_the_engine_summary(monkeypatch):
     """E3's default view (chain, recovery, in-range mean, n = T) is e3.summarize's, the figure the claims read."""
-    at = render(monkeypatch, SHIPPED, "refit")
+    at = render(monkeypatch, SHIPPED, "refit", preset=SHIPPED_PRESET)
     task, n = at.selectbox(key="task").value, at.selectbox(key="n").value
     assert (task, n, at.selectbox(key="metric").value, at.selectbox(key="difficulty").value) == (
         "chain", 4, "recovery", "in-range mean"
@@ -546,7 +554,7 @@ def test_refit_default_view_draws_the_engine_summary(monkeypatch):
 def test_stacked_gap_table_is_the_engine_comparison(monkeypatch):
     """E4's default view (all difficulties, equal n, norm) is e4.summarize's; mode none at matched n/T pairs the
     stacked model run as norm->none with the looped none models, as E4 does."""
-    at = render(monkeypatch, SHIPPED, "stacked")
+    at = render(monkeypatch, SHIPPED, "stacked", preset=SHIPPED_PRESET)
     assert at.selectbox(key="difficulty").value == "all difficulties mean"
     summary = e4.summarize(shipped("e4"), SHIPPED_PRESET)
     columns = ["mean_a", "mean_b", "gap", "delta", "delta_ci_low", "delta_ci_high", "magnitude", "p_value", "n_a"]
@@ -571,17 +579,17 @@ def test_accuracy_and_norms_pages_draw_the_e2_summary(monkeypatch):
     norm growth of norm->none at n = T is the figure of claim (d)."""
     rows = shipped("e2")
     summary = e2.summarize(rows, SHIPPED_PRESET)
-    at = render(monkeypatch, SHIPPED, "accuracy")
+    at = render(monkeypatch, SHIPPED, "accuracy", preset=SHIPPED_PRESET)
     task = at.selectbox(key="task").value
     assert at.selectbox(key="difficulty").value == "in-range mean"
     expected = summary[(summary["task"] == task) & (summary["range"] == "in-range")].set_index("eval_loops")
-    curve, delta = charts_on(at)
+    curve, delta, _ = charts_on(at)  # and the paired view
     means = layer_records(curve, "mean").pivot(index="eval_loops", columns="series", values="mean")
     assert means["norm"].to_numpy() == pytest.approx(expected["mean_a"].to_numpy())
     assert means["none"].to_numpy() == pytest.approx(expected["mean_b"].to_numpy())
     deltas = layer_records(delta, "delta").set_index("eval_loops")
     assert deltas["delta"].to_numpy() == pytest.approx(expected["delta"].to_numpy())
-    at = render(monkeypatch, SHIPPED, "norms")
+    at = render(monkeypatch, SHIPPED, "norms", preset=SHIPPED_PRESET)
     growth = at.dataframe[0].value.set_index(["mode", "range"])
     T = preset(SHIPPED_PRESET, task).model.trained_loops
     ratio = growth.loc[("norm->none", "in-range"), f"max/min over steps 1..T = {T}"]
@@ -641,3 +649,184 @@ def test_runs_page_with_a_zero_final_loss_says_linear_scale(monkeypatch, results
     loss = next(spec for spec in charts_on(at) if spec.get("name") == "loss")
     assert loss["encoding"]["y"]["scale"]["type"] == "linear"
     assert loss["encoding"]["y"]["title"].endswith("linear scale)")
+
+
+# ---------------------------------------------------------------- the second design: held-out items, paired views
+
+
+def relabel_heldout(src: Path, dst: Path) -> Path:
+    """A copy of smoke results whose upper in-range difficulties (parity m = 3, 4; chain k = 2; E3's in-range
+    mean) are labelled `heldout`: smoke holds nothing out, and this gives the second design's row shape, to
+    drive the held-out levels, the verdict rules' cards and the paired views on real measurements."""
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("jobs", "locks"))
+    for path in dst.glob("e[234]-smoke.parquet"):
+        rows = pd.read_parquet(path)
+        upper = rows["difficulty"] >= rows["task"].map({"parity": 3, "chain": 2})
+        rows.loc[(rows["split"] == "seen") & (upper | (rows["difficulty"] == 0)), "split"] = "heldout"
+        rows.to_parquet(path)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def heldout(results, tmp_path_factory):
+    """E2 and E4 at the smoke preset (parity, seeds 0-1; E4 trains the stacked twins), relabelled."""
+    e4.run("smoke", [0, 1], Store(results), tasks=("parity",), progress=False)
+    return relabel_heldout(results, tmp_path_factory.mktemp("heldout"))
+
+
+def smoke_rows(root: Path, experiment: str) -> pd.DataFrame:
+    return pd.read_parquet(root / f"{experiment}-smoke.parquet")
+
+
+def test_held_out_levels_lead_and_every_accuracy_caption_names_the_split(monkeypatch, heldout, results):
+    at = render(monkeypatch, heldout, "accuracy")
+    assert at.selectbox(key="difficulty").value == "held-out mean"
+    assert at.selectbox(key="difficulty").options[:3] == ["held-out mean", "hardest held-out", "in-range mean"]
+    figures = [c.value for c in at.caption if "95%" in c.value and not c.value.startswith("Paired:")]
+    assert len(figures) == 3 and all("Items (`split`): held-out (m = 3, 4)." in c for c in figures)
+    at.selectbox(key="difficulty").set_value("in-range mean").run()
+    assert "held-out (m = 3, 4); seen in training (m = 1, 2)" in at.caption[1].value
+    at = render(monkeypatch, results, "accuracy")  # nothing held out: seen and beyond, said as such
+    assert at.selectbox(key="difficulty").value == "in-range mean"
+    assert "Items (`split`): seen in training (m = 1–4)." in at.caption[1].value
+    at = render(monkeypatch, heldout, "stacked", difficulty="hardest held-out")
+    assert "Items (`split`): held-out (m = 4)." in at.caption[1].value
+
+
+def test_refit_captions_name_the_split(monkeypatch, all_tables):
+    at = render(monkeypatch, all_tables, "refit")
+    assert any("Items (`split`): " in c.value for c in at.caption)
+    at.selectbox(key="metric").set_value("accuracy").run()
+    assert any("Items (`split`): seen in training (m = 1–4)." in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("level", ["held-out mean", "hardest held-out"])
+def test_the_paired_view_is_the_verdict_rules_paired_analysis(monkeypatch, heldout, level):
+    """The accuracy page's paired figure and table are engine.experiments.verdicts.paired_modes at the level."""
+    from engine.experiments import verdicts
+
+    at = render(monkeypatch, heldout, "accuracy", difficulty=level)
+    expected = verdicts.paired_modes(smoke_rows(heldout, "e2"))
+    expected = expected[(expected["task"] == "parity") & (expected["level"] == level)].set_index("eval_loops")
+    paired = charts_on(at)[2]
+    drawn = layer_records(paired, "mean").set_index("eval_loops").sort_index()
+    assert drawn["mean_diff"].to_numpy() == pytest.approx(expected["mean_diff"].to_numpy())
+    assert layer_records(paired, "seeds")["seed"].nunique() == 2  # one thin line per seed
+    table = at.dataframe[0].value.set_index("eval_loops").sort_index()
+    for column in ("wilcoxon_p", "wilcoxon_p_holm", "cliffs_delta", "mann_whitney_p", "ci_low", "ci_high"):
+        assert table[column].to_numpy() == pytest.approx(expected[column].to_numpy(), nan_ok=True), column
+    assert list(table["side"]) == list(expected["side"])
+
+
+@pytest.mark.parametrize(("axis", "family"), [("n", "equal"), ("ratio", "matched")])
+def test_the_e4_paired_view_is_the_verdict_rules_e4_table(monkeypatch, heldout, axis, family):
+    """Looped − stacked of the same seed, with the README's Holm families (n = 2..3T; o = 1, 2, 3)."""
+    from engine.experiments import verdicts
+
+    at = render(monkeypatch, heldout, "stacked", difficulty="held-out mean", axis=axis, mode="norm")
+    x = charts.X_AXES[axis][0]
+    expected = verdicts.e4_table(smoke_rows(heldout, "e4"))
+    expected = expected[(expected["level"] == verdicts.MEAN) & (expected["family"] == family)].set_index("x")
+    shown = at.dataframe[1].value.set_index(x).loc[expected.index]
+    assert shown["mean_diff"].to_numpy() == pytest.approx(expected["gap"].to_numpy())
+    assert shown["wilcoxon_p_holm"].to_numpy() == pytest.approx(expected["wilcoxon_p_holm"].to_numpy(), nan_ok=True)
+    lines = layer_records(charts_on(at)[2], "seeds")
+    assert lines["seed"].nunique() == 2 and {"diff", x} <= set(lines.columns)
+
+
+def test_overview_cards_follow_the_verdict_rules_with_both_analyses(monkeypatch, heldout):
+    from dashboard import results as found_by
+    from engine.experiments import verdicts
+
+    at = render(monkeypatch, heldout)
+    markdown = [m.value for m in at.markdown]
+    titles = {"e2": "E2", "e4": "E4 · looped vs stacked"}
+    for experiment, title in titles.items():
+        cards = found_by.rule_cards(experiment, verdicts.claims(experiment, smoke_rows(heldout, experiment)))
+        assert len(cards) >= 2
+        for card in cards:
+            (head,) = [m for m in markdown if m.startswith(f"**{title} ({card['claim']}) · {card['task']}**")]
+            mean = {a: f["levels"]["held-out mean"][0] for a, f in card["analyses"].items()}
+            if mean.get("paper") != mean.get("paired") or card["analyses"]["paper"] != card["analyses"]["paired"]:
+                assert f"paper's: {mean['paper']}]" in head and f"paired: {mean['paired']}]" in head, head
+            for analysis in card["analyses"].values():
+                for level, (outcome, measured) in analysis["levels"].items():
+                    assert any(f"{level}: " in m and measured in m and f"[{outcome}]" in m for m in markdown)
+
+
+@pytest.fixture(scope="module")
+def two_studies(heldout, results, tmp_path_factory):
+    """One folder holding both designs: `cpu` (held-out rows) and `cpu-1layer` (no `split`, as shipped)."""
+    root = tmp_path_factory.mktemp("studies")
+    shutil.copyfile(heldout / "e2-smoke.parquet", root / "e2-cpu.parquet")
+    smoke_rows(results, "e2").drop(columns="split").to_parquet(root / "e2-cpu-1layer.parquet")
+    return root
+
+
+def test_the_second_study_is_the_default_and_the_first_selectable(monkeypatch, two_studies):
+    at = render(monkeypatch, two_studies)
+    assert at.selectbox(key="study").value == "cpu" and "The second CPU study" in at.caption[0].value
+    at = render(monkeypatch, two_studies, "accuracy")
+    assert at.selectbox(key="preset").value == "cpu" and at.selectbox(key="difficulty").value == "held-out mean"
+    at.selectbox(key="preset").set_value("cpu-1layer").run()
+    assert not at.exception and "records no `split`" in at.caption[1].value
+
+
+def test_compare_two_result_sets_by_deep_link(monkeypatch, heldout, results):
+    """Another folder's table overlaid (deep link: vs_root, vs), with the difference of the means per n."""
+    at = render(monkeypatch, heldout, "accuracy", task="parity", vs_root=str(results), vs="smoke")
+    assert at.text_input(key="vs_root").value == str(results) and at.selectbox(key="vs").value == "smoke"
+    specs = charts_on(at)
+    assert len(specs) == 5
+    overlay = layer_records(specs[3], "mean")
+    label = f"smoke @ {results.name}"
+    assert {"norm · smoke", f"norm · {label}"} <= set(overlay["series"])
+    diff = layer_records(specs[4], "difference").set_index(["series", "eval_loops"])["diff"]
+    mean = overlay.set_index(["series", "eval_loops"])["mean"]
+    assert diff.loc[("norm", 3)] == pytest.approx(mean.loc[("norm · smoke", 3)] - mean.loc[(f"norm · {label}", 3)])
+    at.selectbox(key="vs").set_value("nothing").run()
+    assert len(charts_on(at)) == 3
+    at = render(monkeypatch, heldout, "norms", vs_root=str(results), vs="smoke")
+    assert len(charts_on(at)) == 4
+    at = render(monkeypatch, heldout, "stacked", vs_root=str(results), vs="smoke")
+    assert len(charts_on(at)) == 5
+
+
+def test_a_read_only_copy_compares_only_with_listed_folders(monkeypatch, heldout, results):
+    monkeypatch.setenv("LOOPSCOPE_READ_ONLY", "1")
+    monkeypatch.delenv("LOOPSCOPE_COMPARE", raising=False)
+    at = render(monkeypatch, heldout, "accuracy", vs_root=str(results), vs="smoke")
+    assert len(charts_on(at)) == 3  # a typed path is not opened
+    monkeypatch.setenv("LOOPSCOPE_COMPARE", str(results))
+    at = render(monkeypatch, heldout, "accuracy", vs_root=str(results), vs="smoke")
+    assert len(charts_on(at)) == 5
+
+
+def test_the_first_page_imports_nothing_heavy_and_keeps_its_verdicts_on_disk(monkeypatch, heldout, tmp_path):
+    import subprocess
+    import sys
+
+    probe = "import sys, dashboard.results, dashboard.ui, engine.runtime.settings; print([m for m in sys.modules if "
+    probe += "m.split('.')[0] in "
+    probe += "('torch', 'scipy', 'altair', 'pandas', 'pyarrow') or m == 'engine.experiments'])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"  # the first page's imports: Streamlit, dashboard.results, the settings
+
+    import streamlit as st
+
+    from dashboard import results as found_by
+
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path))
+    computed = []
+    compute = found_by._compute_claims
+    monkeypatch.setattr(found_by, "_compute_claims", lambda *a: computed.append(a) or compute(*a))
+    st.cache_data.clear()  # what other tests of this process computed
+    first = found_by.claims("e2", "smoke", heldout)
+    assert first["rules"] == "verdicts" and len(computed) == 1 and len(list(tmp_path.glob("claims-*.json"))) == 1
+    st.cache_data.clear()  # a new process: nothing in memory, the verdicts on disk
+    assert found_by.claims("e2", "smoke", heldout) == json.loads(json.dumps(first)) and len(computed) == 1
+    copy = tmp_path / "copy"
+    shutil.copytree(heldout, copy)
+    os.utime(copy / "e2-smoke.parquet", ns=(1, 1))  # another table file: computed again, never served stale
+    found_by.claims("e2", "smoke", copy)
+    assert len(computed) == 2

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not (SHIPPED / "e2-cpu-1layer.parquet").exists()
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report")
-    assert main(["report", "--out", str(out), "--results", str(SHIPPED)]) == 0
+    assert main(["report", "--out", str(out), "--results", str(SHIPPED), "--preset", PRESET]) == 0
     return out / "index.html"
 
 
@@ -74,16 +74,37 @@ def test_the_report_renders_offline_in_chromium(report):
         assert any(t.startswith(prefix) for t in titles), prefix
 
 
-def test_the_overview_offers_the_same_report(monkeypatch, report):
+def test_the_overview_offers_the_same_report(monkeypatch, report, tmp_path):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("LOOPSCOPE_RESULTS", str(SHIPPED))
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path))
     app = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
-    at = AppTest.from_file(app, default_timeout=120).run()
+    at = AppTest.from_file(app, default_timeout=120)
+    at.query_params["study"] = PRESET
+    at.run()
     assert not at.exception
     (button,) = [b for b in at.get("download_button") if b.proto.label == "Download report"]
-    from dashboard import data
+    from dashboard import results
 
-    offered = data.report_html()  # what the button's callable returns (rendered on click)
+    offered = results.report_html(PRESET)  # what the button's callable returns for the chosen study (on click)
     drop_date = lambda t: t.split("written", 1)[0] + t.split("UTC.", 1)[1]  # noqa: E731  (the time it was written)
     assert drop_date(offered.decode()) == drop_date(report.read_text())
+
+
+def test_a_second_design_table_gets_the_verdict_rules_cards_and_the_paired_figure(tmp_path_factory):
+    """Held-out rows: cards from engine.experiments.verdicts (both analyses, both levels), as the overview's."""
+    from dashboard import report as static
+    from dashboard import results
+    from engine.experiments import verdicts
+    from tests.test_dashboard import relabel_heldout, smoke_results
+
+    root = relabel_heldout(smoke_results(tmp_path_factory), tmp_path_factory.mktemp("heldout-report"))
+    for extra in [*root.glob("e[34]-*.parquet"), *root.glob("e1-*")]:
+        extra.unlink()  # E2 alone: its cards are counted below
+    text = static.html(root)
+    cards = results.rule_cards("e2", verdicts.claims("e2", pd.read_parquet(root / "e2-smoke.parquet")))
+    assert text.count('class="card claim rule"') == len(cards) >= 4
+    assert "Paired analysis (per-seed differences, Wilcoxon, Holm)" in text and "hardest held-out: " in text
+    assert "E2 · parity: paired per seed, none − norm" in text
+    assert "Items: held-out items, difficulties 3, 4." in text

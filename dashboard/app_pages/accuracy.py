@@ -1,4 +1,5 @@
-"""Accuracy against inference depth n per boundary mode (E2; E4 tables too), and Cliff's delta per n."""
+"""Accuracy against inference depth n per boundary mode (E2; E4 tables too); Cliff's delta and the paired view
+per n; another result set overlaid."""
 
 import streamlit as st
 
@@ -30,6 +31,7 @@ with middle:
     metric = ui.select("metric", ["accuracy", "choice_accuracy"], "metric")
 with right:
     show_seeds = ui.toggle("per-seed lines", "seeds")
+other = views.comparison(experiment, table.preset)
 
 archs = archs_present if arch == "both" else [arch]
 picked = rows[rows["boundary"].isin(modes) & rows["arch"].isin(archs)]
@@ -49,13 +51,45 @@ chart = charts.curves(
     chance=charts.CHANCE,
 )
 name = f"{experiment}-{table.preset}-{task}-{metric}-{difficulty}".replace(" ", "_")
-st.subheader(f"{task}: {metric.replace('_', ' ')} per n ({views.difficulty_label(rows, task, difficulty)})")
+label = views.difficulty_label(rows, task, difficulty)
+split = views.split_note(rows, task, difficulty)
+st.subheader(f"{task}: {metric.replace('_', ' ')} per n ({label})")
 what = "Lines: mean over seeds of the metric averaged over the chosen difficulties. "
-caption = charts.caption(views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE, what)
+caption = charts.caption(views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE, what) + split
 ui.figure(chart, stats, name, caption)
 
-st.subheader(f"Cliff's δ per n, none vs norm ({archs[0]})")
 first = picked[picked["arch"] == archs[0]]
-views.delta_section(
-    per_seed[per_seed["arch"] == archs[0]], "eval_loops", charts.N_TITLE, views.budgets_of(first), f"{name}-delta"
-)
+seeds_first = per_seed[per_seed["arch"] == archs[0]]
+T = int(first["trained_loops"].max())
+delta_col, paired_col = st.columns(2)
+with delta_col:
+    st.subheader(f"Cliff's δ per n, none vs norm ({archs[0]})")
+    views.delta_section(seeds_first, "eval_loops", charts.N_TITLE, views.budgets_of(first), f"{name}-delta", split)
+with paired_col:
+    st.subheader(f"Paired per seed: none − norm ({archs[0]})")
+    summary = views.paired_section(
+        seeds_first, "eval_loops", charts.N_TITLE, "boundary", ("none", "norm"), T, views.budgets_of(first),
+        f"{name}-paired", f"{task}, {label}, {metric.replace('_', ' ')}: a seed's two models share its initial "
+        f"weights and training data.{split} ",
+    )  # fmt: skip
+if summary is not None:
+    st.subheader("Both analyses per n")
+    views.paired_table(summary, "eval_loops", "n")
+
+if other is not None:
+    other_table, other_label, this_label = other
+    st.header(f"Compared with {other_label}")
+    other_rows = other_table.rows[other_table.rows["task"] == task]
+    level = data.equivalent_level(other_rows, difficulty)
+    other_picked = other_rows[other_rows["boundary"].isin(modes) & other_rows["arch"].isin(archs)]
+    if level is None or other_picked.empty:
+        st.info(f"{other_label} has no {task} rows at {label} in the chosen modes.")
+        st.stop()
+    other_stats, other_seeds = views.curves_of(other_picked, metric, level)
+    note = f"{this_label}: {label}.{split} {other_label}: {views.difficulty_label(other_rows, task, level)}."
+    note += views.split_note(other_rows, task, level) + " "
+    views.compare_section(
+        {this_label: (stats, per_seed), other_label: (other_stats, other_seeds)},
+        "eval_loops", charts.N_TITLE, views.METRIC_TITLES[metric], name, note,
+        budgets=views.compare_budgets({this_label: first, other_label: other_picked}), chance=charts.CHANCE,
+    )  # fmt: skip

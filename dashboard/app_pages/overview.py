@@ -1,36 +1,51 @@
-"""Each claim of the paper as a card: the paper's figure, the measured one, the scale, a verdict, a link."""
+"""Each claim of the paper as a card: the paper's figure, the measured one, the scale, a verdict, a link.
+
+Tables of the second design (rows with held-out items) are judged by the README's verdict rules
+(engine.experiments.verdicts.claims), under both analyses, at the held-out mean and the hardest held-out
+difficulty; the first study's tables keep their modules' own claims. This page imports nothing heavy:
+dashboard.results computes (and caches on disk) the verdicts, so a new server draws it at once."""
 
 from pathlib import Path
 
 import streamlit as st
 
-from dashboard import data, ui
+from dashboard import results, ui
 from engine import paper
 
 PAGES = Path(__file__).resolve().parent
 ACCURACY, NORMS = PAGES / "accuracy.py", PAGES / "norms.py"
-PENDING = [  # each experiment's claim as the paper states it; once its table exists, the engine's verdicts
-    {
-        "experiment": "e3",
+SECTIONS = {  # each experiment's claim as the paper states it; once its table exists, the engine's verdicts
+    "e2": {
+        "title": "E2 · norm vs none, from scratch",
+        "card": "E2",
+        "text": "Trained from scratch, `none` is never worse than `norm`, the two are closest at n = T and separate "
+        "on both sides of it; norm-trained models run without the norm collapse.",
+        "paper": f"Cliff's δ up to {paper.MAX_DELTA_BEYOND} beyond the budget; surgery accuracy "
+        f"{paper.SURGERY_ACCURACY_AT_T:.3f} at n = T",
+        "command": "loopscope run e2 --preset cpu",
+        "page": ACCURACY,
+    },
+    "e3": {
         "title": "E3 · readout refit",
+        "card": "E3 · readout refit",
         "text": "Norm-trained models run without the norm lose accuracy; refitting the head alone recovers about "
         "a third and plateaus, refitting the head with the block's last layer recovers all of it.",
         "paper": "recovery: head ≈ 1/3 (plateau); head + last layer ≈ 1",
         "command": "loopscope run e3 --preset cpu",
         "page": PAGES / "refit.py",
     },
-    {
-        "experiment": "e4",
+    "e4": {
         "title": "E4 · looped vs stacked",
+        "card": "E4 · looped vs stacked",
         "text": "Against a stacked model of equal trained depth, compared at matched overshoot n / T, the advantage "
         "of looping vanishes on one task and shrinks on the other.",
         "paper": "at matched n / T: advantage gone on one task, smaller on the other",
         "command": "loopscope run e4 --preset cpu",
         "page": PAGES / "stacked.py",
     },
-    {
-        "experiment": "e1",
+    "e1": {
         "title": "E1 · released Ouro weights",
+        "card": "E1 · released Ouro weights",
         "text": f"Removing the boundary norm from Ouro-1.4B and Ouro-2.6B (T = {paper.TRAINED_LOOPS_OURO}) takes "
         f"accuracy to {paper.SURGERY_ACCURACY_AT_T:.3f} by n = T, while the state norm stays within a factor "
         f"{paper.SURGERY_NORM_RATIO} and the head commits to one token.",
@@ -39,12 +54,23 @@ PENDING = [  # each experiment's claim as the paper states it; once its table ex
         "command": "loopscope ouro --model ByteDance/Ouro-1.4B ...",
         "page": PAGES / "ouro.py",
     },
-]
+}
 VERDICTS = {
     True: ("reproduced", "green", ":material/check_circle:"),
     False: ("not reproduced", "red", ":material/cancel:"),
     None: ("not run yet", "gray", ":material/hourglass_empty:"),
     "pending": ("no verdict yet", "blue", ":material/help:"),
+}
+SHORT = {"paper": "paper's", "paired": "paired"}  # the two analyses in a badge
+OUTCOME_COLORS = {"holds": "green", "does NOT hold": "red", "undecided": "gray"}  # other outcomes (vanishes...): blue
+STUDY_NOTES = {
+    "cpu-1layer": "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
+    "training (no held-out split), unpaired statistics, and a **parity-like control** for the chain (one ordered "
+    "chain: the answer is the root bit XOR the parity of the `not`s). The second design (preset `cpu`) replaces it.",
+    "cpu": "The second CPU study: held-out in-range items, two layers per block, verdicts by the README's rules "
+    "under the paper's analysis and the paired one. Its chain is the ordered single chain, a **parity-like "
+    "control**: no chain that needs retrieval by name trained at this size within the search budget (held-out "
+    "k = 1..4 at chance, dev/LOG.md). The retrieval chain runs at the paper preset.",
 }
 
 
@@ -56,11 +82,87 @@ def card(title: str, text: str, paper: str, measured: str, scale: str, verdict, 
         st.page_link(**link)
 
 
-def e2_scale(table: data.Table) -> str:
-    rows = table.rows
-    per_mode = rows[rows["boundary"].isin(["norm", "none"])].groupby("boundary")["seed"].nunique()
-    seeds = table.seeds
-    return f"{table.preset} preset, {per_mode.min()} seeds per mode (seeds {seeds[0]}–{seeds[-1]})"
+def badge(outcome: str, prefix: str = "") -> str:
+    return f":{OUTCOME_COLORS.get(outcome, 'blue')}-badge[{prefix}{outcome}]"
+
+
+def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str, link: dict) -> None:
+    """One claim under the README's verdict rules: each analysis' outcome at the held-out mean and at the
+    hardest held-out difficulty, with what was measured, and at how many held-out difficulties it holds."""
+    mean = results.LEVELS[0]  # the verdict is stated at the held-out mean (headline) and the hardest (below)
+    headline = " ".join(
+        badge(found["levels"][mean][0], f"{SHORT[analysis]}: ")
+        for analysis, found in c["analyses"].items()
+        if mean in found["levels"]
+    )
+    with st.container(border=True):
+        st.markdown(f"**{title}** &nbsp; {headline}  \n{c['text']}  \n**Paper:** {c['paper']}")
+        analyses = c["analyses"]
+        if experiment_claim in results.SAME_RULE:  # the README reads these the same way under both analyses
+            analyses = {"both": analyses["paper"]}
+        for analysis, found in analyses.items():
+            lines = [f"**{results.ANALYSES[analysis]}**"]
+            for level in results.LEVELS:
+                if level in found["levels"]:
+                    outcome, measured = found["levels"][level]
+                    lines.append(f"{level}: {badge(outcome)} {measured}")
+            if found["difficulties"]:
+                lines.append(f"holds at {found['difficulties']} held-out difficulties")
+            st.markdown("  \n".join(lines))
+        st.markdown(f"**Scale:** {scale}")
+        st.page_link(**link)
+
+
+def section(experiment: str, preset: str | None) -> None:
+    """One experiment's cards at the chosen study (or the largest study that has its table)."""
+    spec = SECTIONS[experiment]
+    st.header(spec["title"])
+    link = {"page": spec["page"], "label": "Open the page", "icon": ":material/arrow_forward:"}
+    tables = results.presets(experiment)
+    if not tables:
+        if experiment == "e2":
+            ui.not_run_yet("E2 trains both boundary modes from scratch over many seeds.", spec["command"])
+        else:
+            measured = f"not run yet: `{spec['command']}`"
+            card(spec["card"], spec["text"], spec["paper"], measured, "—", None, link)
+        return
+    chosen = preset if preset in tables else tables[0]
+    if chosen != preset and experiment != "e1":  # E1's tables are named by the probed model, not by a study
+        st.caption(f"No `{experiment}-{preset}.parquet`: showing the `{chosen}` table.")
+    with st.spinner(f"Computing the {experiment} verdicts (once per change of the table)…"):
+        found = results.claims(experiment, chosen)
+    for problem in found["problems"]:
+        st.error(problem)
+    query = {"preset": chosen} if len(tables) > 1 else {}
+    if found["rules"] == "verdicts":
+        cards = results.rule_cards(experiment, found["claims"])
+    else:
+        cards = found["claims"]
+    if not cards:
+        if found["problems"] and experiment == "e2":
+            ui.not_run_yet("E2 trains both boundary modes from scratch over many seeds.", spec["command"])
+            return
+        measured = "; ".join(found["problems"]) or (
+            f"the table exists; the engine has no verdict for it yet (`engine.{experiment}.claims`) — see the page"
+        )
+        link |= {"query_params": query}
+        card(spec["card"], spec["text"], spec["paper"], measured, found["scale"], "pending", link)
+        return
+    for i, c in enumerate(cards):
+        if i % 2 == 0:  # a new row of two cards, so neighbours line up
+            columns = st.columns(2)
+        page = NORMS if experiment == "e2" and c["claim"] == "d" else spec["page"]
+        label = {NORMS: "Norm trajectories", ACCURACY: "Accuracy vs depth"}.get(page, "Open the page")
+        params = query | {"task": c["task"]}
+        if found["rules"] == "verdicts" and experiment in ("e2", "e4"):  # the level the verdict is stated at
+            params["difficulty"] = results.LEVELS[0]
+        to = {"page": page, "label": label, "icon": ":material/arrow_forward:", "query_params": params}
+        title = f"{spec['card']} ({c['claim']}) · {c['task']}"
+        with columns[i % 2]:
+            if found["rules"] == "verdicts":
+                rule_card(title, (experiment, c["claim"]), c, found["scale"], to)
+            else:
+                card(title, c["text"], c["paper"], c["measured"], found["scale"], bool(c["reproduced"]), to)
 
 
 st.title("loopscope: does depth stay reusable?")
@@ -68,81 +170,21 @@ st.markdown(
     "*Agreement rather than normalisation keeps depth reusable in looped language models.* Each card is one "
     "claim of the paper: its figure, ours from the cached results, the scale it was measured at, and a verdict."
 )
-
-if data.catalog():
+studies = results.studies()
+study = ui.pick_study(studies, key="study")  # not `preset`: Streamlit drops a link's parameter bound on this page
+if studies:
     st.download_button(
         "Download report",
-        data=lambda: data.report_html(),
+        data=lambda: results.report_html(study),
         file_name="loopscope-report.html",
         mime="text/html",
         key="report",
         on_click="ignore",
         icon=":material/download:",
         help="One self-contained HTML page: these claim cards, every figure (SVG), provenance and the commands "
-        "that reproduce it; the same page as `loopscope report --out DIR`.",
+        "that reproduce it; the same page as `loopscope report --out DIR --preset STUDY`.",
     )
-
-st.header("E2 · norm vs none, from scratch")
-preset = ui.pick_preset("e2")
-if preset == "cpu-1layer":
-    st.caption(
-        "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
-        "training (no held-out split), and a **parity-like control** for the chain (one ordered chain: the answer "
-        "is the root bit XOR the parity of the `not`s). The second design (preset `cpu`) replaces it."
-    )
-elif preset == "cpu":
-    st.caption(
-        "The second CPU study: held-out in-range items, two layers per block. Its chain is the ordered single "
-        "chain, a **parity-like control**: no chain that needs retrieval by name trained at this size within the "
-        "search budget (held-out k = 1..4 at chance, dev/LOG.md). The retrieval chain runs at the paper preset."
-    )
-found, problems = data.claims("e2", preset) if preset else ([], [])
-for problem in problems:
-    st.error(problem)
-if not found:
-    ui.not_run_yet("E2 trains both boundary modes from scratch over many seeds.", "loopscope run e2 --preset cpu")
-else:
-    scale = e2_scale(data.table("e2", preset))
-    for i, claim in enumerate(found):
-        if i % 2 == 0:  # a new row of two cards, so neighbours line up
-            columns = st.columns(2)
-        page = NORMS if claim["claim"] == "d" else ACCURACY
-        link = {
-            "page": page,
-            "label": "Norm trajectories" if page == NORMS else "Accuracy vs depth",
-            "icon": ":material/arrow_forward:",
-            "query_params": {"task": claim["task"], **({"preset": preset} if len(data.presets("e2")) > 1 else {})},
-        }
-        with columns[i % 2]:
-            card(
-                f"E2 ({claim['claim']}) · {claim['task']}",
-                claim["text"],
-                claim["paper"],
-                claim["measured"],
-                scale,
-                bool(claim["reproduced"]),
-                link,
-            )
-
-st.header("E3, E4, E1")
-columns = st.columns(len(PENDING))
-for column, claim in zip(columns, PENDING, strict=True):
-    presets = data.presets(claim["experiment"])
-    link = {"page": claim["page"], "label": "Open the page", "icon": ":material/arrow_forward:"}
-    with column:
-        if not presets:
-            card(claim["title"], claim["text"], claim["paper"], f"not run yet: `{claim['command']}`", "—", None, link)
-            continue
-        found, problems = data.claims(claim["experiment"], presets[0])
-        table = data.table(claim["experiment"], presets[0])
-        scale = ui.scale_note(table) if table.rows is not None else "—"
-        if found:  # the engine reports this experiment's claims: one card each
-            for c in found:
-                title = f"{claim['title']} ({c['claim']}) · {c['task']}"
-                card(title, c["text"], c["paper"], c["measured"], scale, bool(c["reproduced"]), link)
-            continue
-        measured = "; ".join(problems) or (
-            "the table exists; the engine has no verdict for it yet (`engine."
-            f"{claim['experiment']}.claims`) — see the page"
-        )
-        card(claim["title"], claim["text"], claim["paper"], measured, scale, "pending", link)
+if study in STUDY_NOTES:
+    st.caption(STUDY_NOTES[study])
+for experiment in SECTIONS:
+    section(experiment, study)

@@ -91,6 +91,11 @@ what = (
 )
 seeds = int(stats["n"].min()) if len(stats) else 0  # the fewest seeds any point of a curve has
 caption = charts.caption(seeds, stats["ci_method"], charts.CHANCE if metric == "accuracy" else None, what)
+measured = task_rows[task_rows["metric"] == metric]  # the rows behind the figure, for their split
+if metric == "recovery":  # the in-range mean's recovery is stored at difficulty e3.IN_RANGE, the others apart
+    in_range = measured["difficulty"] == e3.IN_RANGE
+    measured = measured[in_range] if difficulty == "in-range mean" else measured[~in_range]
+caption += views.split_note(measured, task, difficulty)
 ui.figure(chart, stats, f"e3-{table.preset}-{task}-{metric}-n{n}-{difficulty}".replace(" ", "_"), caption)
 
 st.subheader("Where each target ends")

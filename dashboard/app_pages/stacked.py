@@ -33,6 +33,7 @@ with middle:
     metric = ui.select("metric", ["accuracy", "choice_accuracy"], "metric")
 with right:
     show_seeds = ui.toggle("per-seed lines", "seeds")
+other = views.comparison("e4", table.preset)
 curves, gaps, problem = data.e4_summaries(table.preset, task, difficulty, axis, metric)
 if problem:
     st.error(problem)
@@ -55,24 +56,37 @@ chart = charts.curves(
 )
 name = f"e4-{table.preset}-{task}-{metric}-{axis}-{mode}-{difficulty}".replace(" ", "_")
 label = views.difficulty_label(rows, task, difficulty)
+split = views.split_note(rows, task, difficulty)
 what = f"{task}, {label}, mode {mode} (engine.experiments.e4.curves). Stacked dashed; dashed rule(s): n = T. "
 caption = charts.caption(int(stats["n"].min()) if len(stats) else 0, stats["ci_method"], charts.CHANCE, what)
-ui.figure(chart, stats, name, caption)
+ui.figure(chart, stats, name, caption + split)
 
 st.subheader(f"Looped against stacked at matched {e4.AXES[axis]}")
 pair = gaps[gaps["mode"] == mode].rename(columns={"x": x})
 if pair.empty:
     st.info(f"No value of the {e4.AXES[axis]} has both a looped and a stacked model.")
     st.stop()
-chart = charts.delta_chart(pair, x, x_title, budgets if axis != "n" else None, y_title="Cliff's δ, looped vs stacked")
-caption = (
-    f"Mode `{mode}`, engine.experiments.e4.compare. Cliff's δ = P(looped > stacked) − P(looped < stacked) over "
-    "seeds, where both exist at the same x; bars: 95% bootstrap CI over seeds (BCa, percentile fallback); "
-    "shading: |δ| magnitude bands ("
-    + ", ".join(f"< {cut} {name}" for cut, name in paper.DELTA_MAGNITUDES)
-    + ", else large)."
-)
-ui.figure(chart, pair, f"{name}-delta", caption)
+delta_col, paired_col = st.columns(2)
+with delta_col:
+    chart = charts.delta_chart(
+        pair, x, x_title, budgets if axis != "n" else None, y_title="Cliff's δ, looped vs stacked"
+    )
+    caption = (
+        f"Mode `{mode}`, engine.experiments.e4.compare. Cliff's δ = P(looped > stacked) − P(looped < stacked) over "
+        "seeds, where both exist at the same x; bars: 95% bootstrap CI over seeds (BCa, percentile fallback); "
+        "shading: |δ| magnitude bands ("
+        + ", ".join(f"< {cut} {name}" for cut, name in paper.DELTA_MAGNITUDES)
+        + ", else large)."
+    )
+    ui.figure(chart, pair, f"{name}-delta", caption + split)
+with paired_col:
+    family = {"n": "n = 2..3T (n = 1 alone)", "ratio": "o = 1, 2, 3", "difference": "n − T > 0 (0 alone)"}[axis]
+    summary = views.paired_section(
+        per_seed, x, x_title, "arch", ("looped", "stacked"), data.E4_FAMILIES[axis],
+        budgets if axis != "n" else None, f"{name}-paired",
+        f"Mode `{mode}`: a seed's looped model against its stacked twin (paired by seed, as E4's verdict rule "
+        f"pairs them). Holm family: {family}.{split} ",
+    )  # fmt: skip
 columns = [x, "mean_a", "mean_b", "gap", "delta", "delta_ci_low", "delta_ci_high", "magnitude", "p_value"]
 st.dataframe(
     pair[[*columns, "n_a", "n_b"]],
@@ -83,3 +97,25 @@ st.caption(
     "The gap is the looped mean minus the stacked mean at the same x; positive: looping is better. "
     f"p: two-sided Mann–Whitney U (significance level {paper.ALPHA})."
 )
+if summary is not None:
+    st.subheader("Paired: looped − stacked of the same seed")
+    views.paired_table(summary.drop(columns="side"), x, axis, f"the README's family ({family})")
+
+if other is not None:
+    other_table, other_label, this_label = other
+    st.header(f"Compared with {other_label}")
+    level = data.equivalent_level(other_table.rows[other_table.rows["task"] == task], difficulty)
+    found = data.e4_summaries(other_table.preset, task, level, axis, metric, other_table.root) if level else None
+    if found is None or found[2] or found[0][found[0]["mode"] == mode].empty:
+        st.info(f"{other_label} has no {task} rows at {label} in mode {mode}.")
+        st.stop()
+    other_stats = views.e4_series(found[0][found[0]["mode"] == mode], axis)
+    other_seeds = data.e4_seed_values(other_table.preset, task, level, axis, metric, other_table.root)
+    other_seeds = views.e4_series(other_seeds[other_seeds["mode"] == mode], axis)
+    other_rows = other_table.rows[other_table.rows["task"] == task]
+    note = f"{this_label}: {label}.{split} {other_label}: {views.difficulty_label(other_rows, task, level)}."
+    note += views.split_note(other_rows, task, level) + f" Mode {mode}. "
+    views.compare_section(
+        {this_label: (stats, per_seed), other_label: (other_stats, other_seeds)},
+        x, x_title, views.METRIC_TITLES[metric], name, note, budgets=budgets, chance=charts.CHANCE,
+    )  # fmt: skip

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -269,27 +272,39 @@ def measured_walls(root: Path) -> dict[str, float]:
     return out
 
 
-def bench_pages(root: Path, pages=PAGES) -> dict[str, dict[str, float]]:
-    """Seconds to switch to each dashboard page (AppTest, in this process): cold (caches cleared) and
-    warm (the same page again), on the results in `root`."""
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
+PAGE_TIMING = """
+import json, sys, time
+import streamlit  # a server has Streamlit imported before its first session
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file(sys.argv[1], default_timeout=600)
+if sys.argv[2] != "overview":
+    at.switch_page(f"app_pages/{sys.argv[2]}.py")
+start = time.perf_counter(); at.run(); cold = time.perf_counter() - start
+start = time.perf_counter(); at.run(); warm = time.perf_counter() - start
+heavy = [m for m in ("torch", "scipy", "altair", "pyarrow") if m in sys.modules]
+print(json.dumps({"cold_s": cold, "warm_s": warm, "heavy_imports": heavy, "errors": [e.value for e in at.exception]}))
+"""
 
-    os.environ["LOOPSCOPE_RESULTS"] = str(root)
-    out = {}
-    for page in pages:
-        st.cache_data.clear()
-        st.cache_resource.clear()
-        at = AppTest.from_file(str(APP), default_timeout=120)
-        start = time.perf_counter()
-        at.run()
-        if page != "overview":
-            start = time.perf_counter()
-            at.switch_page(f"app_pages/{page}.py").run()
-        cold = time.perf_counter() - start
-        start = time.perf_counter()
-        at.run()
-        out[page] = {"cold_s": cold, "warm_s": time.perf_counter() - start}
+
+def _page_timing(page: str, env: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", PAGE_TIMING, str(APP), page], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"timing page {page} failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_pages(root: Path, pages=PAGES) -> dict[str, dict]:
+    """Seconds per dashboard page on the results in `root`, each page in a fresh Python process as a new server's
+    first session would be (AppTest): cold = the first render (imports, reading and summarising the tables), warm
+    = the next (Streamlit's caches); the heavy modules the page imported. The overview runs first, with an empty
+    verdict cache (dashboard.results.cache_dir), and once more at the end, in a fresh process with the verdicts
+    already on disk (`cold_cached_s`): what a restarted server shows."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, LOOPSCOPE_RESULTS=str(root), LOOPSCOPE_CACHE=cache)
+        out = {page: _page_timing(page, env) for page in pages}
+        if "overview" in out:
+            again = _page_timing("overview", env)
+            out["overview"] |= {"cold_cached_s": again["cold_s"], "cold_cached_heavy_imports": again["heavy_imports"]}
     return out
 
 
@@ -395,6 +410,30 @@ def format_report(result: dict) -> str:
             "  recorded in the result manifests (training and refits, no evaluation, as they ran): "
             + ", ".join(f"{k.upper()} {v:.1f} min" for k, v in rec.items())
         )
+    pages = format_report_pages(result)
+    return "\n".join(lines + ([pages] if pages else []))
+
+
+def format_report_pages(result: dict) -> str:
+    lines = []
     for page, t in result.get("pages", {}).items():
-        lines.append(f"page {page}: cold {t['cold_s']:.2f} s, warm {t['warm_s']:.2f} s")
+        heavy = lambda names: f" (imports {', '.join(names)})" if names else " (nothing heavy imported)"  # noqa: E731
+        cached = ""
+        if "cold_cached_s" in t:
+            cached = f"; with its verdicts cached on disk {t['cold_cached_s']:.2f} s"
+            cached += heavy(t.get("cold_cached_heavy_imports"))
+        line = f"page {page}: cold {t['cold_s']:.2f} s{heavy(t.get('heavy_imports'))}, warm {t['warm_s']:.2f} s"
+        lines.append(line + cached)
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # the page timings alone: python -m engine.runtime.bench pages [RESULTS] [--json]
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.runtime.bench", description="dashboard page timings")
+    parser.add_argument("what", choices=["pages"])
+    parser.add_argument("results", nargs="?", default=os.environ.get("LOOPSCOPE_RESULTS", "cached_results"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    pages = {"pages": bench_pages(Path(args.results))}
+    print(json.dumps(pages, indent=1) if args.json else format_report_pages(pages))

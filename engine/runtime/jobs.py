@@ -19,7 +19,6 @@ import json
 import math
 import os
 import platform
-import re
 import signal
 import subprocess
 import sys
@@ -34,14 +33,19 @@ from engine.core.store import KEY, REPO, Store, atomic_write, check_run_key
 from engine.core.train import resolve_device
 from engine.experiments import REGISTRY
 from engine.experiments import runs as experiments
+from engine.runtime.settings import (  # noqa: F401  (what a deployment allows, re-exported: jobs.read_only, ...)
+    CAPS,
+    NO,
+    YES,
+    Refused,
+    adopt_settings,
+    caps,
+    read_only,
+    read_only_setting,
+    refuse_writes,
+)
 
 ACTIVE, FINAL = ("queued", "running"), ("done", "failed", "cancelled")
-CAPS = {"max_seeds": 16, "max_steps": 20_000, "max_loops": 64}  # LOOPSCOPE_MAX_SEEDS etc. override these
-YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")  # the only spellings LOOPSCOPE_READ_ONLY takes
-
-
-class Refused(PermissionError):
-    """The deployment does not allow this job (read-only, or over a cap); the message says which."""
 
 
 @dataclass(frozen=True)
@@ -101,63 +105,7 @@ def describe(spec: Spec) -> str:
     return f"evaluate run {spec.run_key} at n = 1..{spec.loops} ({spec.boundary or 'trained mode'})"
 
 
-# ---------------------------------------------------------------- what a deployment allows
-
-
-def _setting(name: str) -> str:
-    """LOOPSCOPE_<NAME>, stripped; empty when unset (an empty variable counts as unset)."""
-    return os.environ.get(f"LOOPSCOPE_{name.upper()}", "").strip()
-
-
-def read_only_setting() -> bool | None:
-    """LOOPSCOPE_READ_ONLY as True/False, None when unset. Anything but a clear yes or no raises Refused:
-    a typo such as 'enabled' must not leave a public copy writable."""
-    value = _setting("read_only")
-    if not value:
-        return None
-    if value.lower() in YES + NO:
-        return value.lower() in YES
-    raise Refused(
-        f"LOOPSCOPE_READ_ONLY={value!r} is neither yes ({', '.join(YES)}) nor no ({', '.join(NO)}), "
-        "so this loopscope stays read-only; set it to one of those."
-    )
-
-
-def read_only() -> bool:
-    """Fails closed: an unclear setting reads as read-only (read_only_setting says what is wrong)."""
-    try:
-        return bool(read_only_setting())
-    except Refused:
-        return True
-
-
-def refuse_writes() -> None:
-    """Raise Refused, with the reason, on a read-only deployment: every writer below calls this first."""
-    if read_only_setting():  # raises itself on an unclear setting
-        raise Refused("this loopscope is read-only (LOOPSCOPE_READ_ONLY is set): it shows results but runs nothing.")
-
-
-def adopt_settings(secrets) -> None:
-    """Take read_only and the caps from a mapping such as st.secrets into the environment, where check()
-    reads them (so the worker side refuses what the page hides); a variable already set, and not empty, wins."""
-    for name in ("read_only", *CAPS):
-        try:
-            value = secrets[name]
-        except Exception:  # not set, or no secrets file at all
-            continue
-        if not _setting(name):
-            os.environ[f"LOOPSCOPE_{name.upper()}"] = str(value).strip().lower()
-
-
-def caps() -> dict[str, int]:
-    """The caps, LOOPSCOPE_MAX_* where set; Refused if one is not a whole number (no cap is no guess)."""
-    found = {}
-    for name, default in CAPS.items():
-        value = _setting(name) or str(default)
-        if not re.fullmatch(r"[0-9]{1,9}", value):
-            raise Refused(f"LOOPSCOPE_{name.upper()}={value!r} is not a whole number; set it to one, e.g. {default}.")
-        found[name] = int(value)
-    return found
+# ---------------------------------------------------------------- what a deployment allows (engine.runtime.settings)
 
 
 def check(spec: Spec, store: Store) -> None:

@@ -1,0 +1,219 @@
+"""Which result tables exist, and the verdicts the overview shows: cheap to import (no torch, no scipy, no Altair).
+
+The overview is the first page a reader sees, so it imports only this module (and Streamlit): the engine,
+which pulls in torch, scipy and pandas, is imported only when a table's verdicts must be computed. Those are
+kept on disk (cache_dir(), JSON), keyed on the table file's size and mtime and on a digest of the engine code
+that computes them, so a new server process shows unchanged results without recomputing them, and a changed
+table or verdict rule is never served stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import streamlit as st
+
+from engine import paper
+
+TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
+SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
+ENGINE = Path(__file__).resolve().parents[1] / "engine"
+VERDICT_CODE = (  # the files whose code decides a verdict: their digest is part of the cache key
+    "paper.py", "core/stats.py", "core/presets.py", "experiments/verdicts.py",
+    "experiments/e2.py", "experiments/e3.py", "experiments/e4.py", "experiments/refit.py",
+)  # fmt: skip
+
+
+def results_root() -> Path:
+    return Path(os.environ.get("LOOPSCOPE_RESULTS", "cached_results"))
+
+
+def tables_state(root: Path) -> tuple:
+    """(name, size, mtime) of every experiment table under root: the cache key that changes when they do."""
+    if not root.is_dir():
+        return ()
+    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in root.glob("e*-*.parquet")))
+
+
+def catalog(root: Path | None = None) -> dict[str, list[str]]:
+    """{experiment: the presets (scales) at which its table exists under root, largest first}."""
+    found: dict[str, list[str]] = {}
+    for name, *_ in tables_state(Path(root) if root is not None else results_root()):
+        if m := TABLE_NAME.match(name):
+            found.setdefault(m.group(1), []).append(m.group(2))
+    order = {n: i for i, n in enumerate(SCALE_ORDER)}
+    return {e: sorted(p, key=lambda n: (order.get(n, len(order)), n)) for e, p in sorted(found.items())}
+
+
+def presets(experiment: str, root: Path | None = None) -> list[str]:
+    return catalog(root).get(experiment, [])
+
+
+def studies(root: Path | None = None) -> list[str]:
+    """Every preset with at least one experiment table, largest first: the studies this folder holds (E1's
+    tables are named by the probed model, not by a study)."""
+    order = {n: i for i, n in enumerate(SCALE_ORDER)}
+    found = {p for e, ps in catalog(root).items() if e != "e1" for p in ps}
+    return sorted(found, key=lambda n: (order.get(n, len(order)), n))
+
+
+def _verdict_code() -> str:
+    digest = hashlib.sha256()
+    for name in VERDICT_CODE:
+        path = ENGINE / name
+        digest.update(path.read_bytes() if path.is_file() else b"")
+    return digest.hexdigest()[:16]
+
+
+def scale_of(experiment: str, preset_name: str, rows) -> str:
+    """The scale a verdict was measured at: table, preset, seeds (per mode for E2)."""
+    seeds = sorted(int(s) for s in rows["seed"].unique())
+    span = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}" if seeds else "no seeds"
+    if experiment == "e2":
+        per_mode = rows[rows["boundary"].isin(["norm", "none"])].groupby("boundary")["seed"].nunique()
+        return f"{preset_name} preset, {per_mode.min()} seeds per mode ({span})"
+    count = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
+    return f"`{experiment}-{preset_name}.parquet`: **{preset_name}** preset, {count} ({span})"
+
+
+def has_heldout(rows) -> bool:
+    """A table of the second design: rows carry `split` and some items are held out."""
+    return "split" in rows and bool((rows["split"] == "heldout").any())
+
+
+def claims_of(experiment: str, rows, preset_name: str) -> tuple[str | None, list[dict]]:
+    """(rules, claims) for one table: `verdicts` (engine.experiments.verdicts.claims, the README's rules under
+    both analyses) where the table has held-out items, else `module` (REGISTRY[e].claims on its summary, the
+    first study's verdicts), else (None, []) for an experiment without verdicts (E1)."""
+    from engine.experiments import REGISTRY, verdicts
+
+    if has_heldout(rows):
+        return "verdicts", verdicts.claims(experiment, rows)
+    if experiment not in REGISTRY:
+        return None, []
+    module = REGISTRY[experiment]
+    trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
+    return "module", module.claims(module.summarize(rows, preset_name), trained)
+
+
+def _compute_claims(path: Path, experiment: str, preset_name: str) -> dict:
+    import pandas as pd
+
+    found = {"rules": None, "claims": [], "problems": [], "scale": "—"}
+    try:
+        rows = pd.read_parquet(path)
+        found["scale"] = scale_of(experiment, preset_name, rows)
+    except Exception as e:  # any damage: the pages say the same
+        found["problems"].append(
+            f"`{path.name}` could not be read ({type(e).__name__}); "
+            f"rerun `loopscope run {experiment} --preset {preset_name}` to rewrite it."
+        )
+        return found
+    try:
+        found["rules"], found["claims"] = claims_of(experiment, rows, preset_name)
+    except Exception as e:  # a table too small or too odd to summarise is a message, not a crash
+        found["problems"].append(f"`{path.name}` could not be summarised ({type(e).__name__}: {e}).")
+    return found
+
+
+def cache_dir() -> Path:
+    """Where computed verdicts are kept between server processes: $LOOPSCOPE_CACHE, else ~/.cache/loopscope."""
+    return Path(os.environ.get("LOOPSCOPE_CACHE") or Path.home() / ".cache" / "loopscope")
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _claims(path: str, experiment: str, preset_name: str, state: tuple, code: str) -> dict:
+    """In memory per process, and on disk (cache_dir) across processes, keyed on the table file's path, size and
+    mtime and the verdict code's digest; a folder that cannot be written only costs the recomputation."""
+    key = hashlib.sha256(json.dumps([path, experiment, preset_name, state, code]).encode()).hexdigest()[:24]
+    cached = cache_dir() / f"claims-{key}.json"
+    try:
+        return json.loads(cached.read_text())
+    except (OSError, ValueError):
+        pass
+    found = _compute_claims(Path(path), experiment, preset_name)
+    if not found["problems"]:  # a damaged table is read again next time, not remembered
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            part = cached.with_suffix(f".{os.getpid()}.part")
+            part.write_text(json.dumps(found, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+            os.replace(part, cached)
+        except OSError:
+            pass
+    return found
+
+
+def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
+    """The verdicts for one table: {"rules": "verdicts" (engine.experiments.verdicts.claims: the README's
+    rules, both analyses, for tables with held-out items), "module" (REGISTRY[e].claims on its summary: the
+    first study's tables) or None (no verdicts, e.g. E1), "claims": [dict], "problems": [str], "scale": str}."""
+    root = Path(root) if root is not None else results_root()
+    path = root / f"{experiment}-{preset_name}.parquet"
+    if not path.is_file():
+        return {"rules": None, "claims": [], "problems": [], "scale": "—"}
+    state = [path.stat().st_size, path.stat().st_mtime_ns]
+    return _claims(str(path.resolve()), experiment, preset_name, state, _verdict_code())
+
+
+# ---------------------------------------------------------------- the second design's verdicts as cards
+
+RULE_CLAIMS = {  # (experiment, claim of engine.experiments.verdicts) -> (the claim, the paper's figure)
+    ("e2", "a"): ("`none` is never worse than `norm` at any n", "never worse at any n"),
+    ("e2", "b"): ("the two modes are closest at n = T", "closest at n = T"),
+    ("e2", "c"): ("they separate on both sides of T, most beyond it",
+                  f"Cliff's δ up to {paper.MAX_DELTA_BEYOND} beyond the budget"),
+    ("e2", "d"): ("norm-trained models run without the norm collapse by n = T, the norm bounded, one token",
+                  f"accuracy {paper.SURGERY_ACCURACY_AT_T:.3f} at n = T, norm within {paper.SURGERY_NORM_RATIO}×, "
+                  "one token"),
+    ("e3", "a"): ("refitting the head alone recovers about a third, then plateaus", "recovery ≈ 1/3, plateau"),
+    ("e3", "b"): ("refitting the head with the block's last layer recovers all of it", "recovery ≈ 1"),
+    ("e3", "last layer"): ("the damage sits in the last layer: head + last recovers more than head + first",
+                           "— (beyond the paper)"),
+    ("e4", "equal n"): ("looping is better than stacking at equal n", "an advantage of looping at equal n"),
+    ("e4", "matched"): ("at matched overshoot n/T = 1, 2, 3 the advantage vanishes on one task, shrinks on the other",
+                        "vanishes on one task, shrinks on the other"),
+}  # fmt: skip
+SAME_RULE = {("e2", "d"), ("e3", "a"), ("e3", "b")}  # claims the README judges alike under both analyses
+ANALYSES = {"paper": "The paper's analysis (Cliff's δ, Mann–Whitney, unpaired)",
+            "paired": "Paired analysis (per-seed differences, Wilcoxon, Holm)",
+            "both": "Both analyses (the README reads this claim the same way)"}  # fmt: skip
+LEVELS = ("held-out mean", "hardest held-out")  # engine.experiments.verdicts.MEAN, HARDEST: the judged levels
+
+
+def outcome(holds) -> str:
+    """A verdict as words (as engine.experiments.verdicts.outcome): holds / does NOT hold / undecided, or an
+    outcome such as "vanishes"."""
+    return holds if isinstance(holds, str) else "undecided" if holds is None else "holds" if holds else "does NOT hold"
+
+
+def rule_cards(experiment: str, found: list[dict]) -> list[dict]:
+    """engine.experiments.verdicts' claims grouped into one card per (task, claim): {task, claim, text, paper,
+    analyses: {analysis: {"levels": {level: (outcome, measured)}, "difficulties": "k/N" or ""}}}."""
+    cards: dict[tuple, dict] = {}
+    for c in found:
+        text, figure = RULE_CLAIMS.get((experiment, c["claim"]), (c["claim"], "—"))
+        card = cards.setdefault(
+            (c["task"], c["claim"]), {"task": c["task"], "claim": c["claim"], "text": text, "paper": figure,
+                                      "analyses": {}})  # fmt: skip
+        analysis = card["analyses"].setdefault(c["analysis"], {"levels": {}, "difficulties": ""})
+        analysis["levels"][c["level"]] = (outcome(c["holds"]), c["measured"])
+        analysis["difficulties"] = c.get("difficulties") or analysis["difficulties"]
+    return sorted(cards.values(), key=lambda card: (card["claim"], card["task"]))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _report_html(root: str, preset_name: str | None, state: tuple) -> bytes:
+    from dashboard import report
+
+    return report.html(Path(root), preset_name).encode()
+
+
+def report_html(preset_name: str | None = None) -> bytes:
+    """The static report (dashboard.report) of the results folder, as `loopscope report` writes it; rebuilt
+    when a table changes."""
+    root = results_root()
+    return _report_html(str(root), preset_name, tables_state(root))
