@@ -22,9 +22,10 @@ from engine import paper
 TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
 SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
-VERDICT_CODE = (  # the files whose code decides a verdict: their digest is part of the cache key
-    "paper.py", "core/stats.py", "core/presets.py", "experiments/verdicts.py",
-    "experiments/e2.py", "experiments/e3.py", "experiments/e4.py", "experiments/refit.py",
+VERDICT_CODE = (  # the files whose code decides a cached verdict, this one included: their digest keys the cache
+    ENGINE / "paper.py", ENGINE / "core/stats.py", ENGINE / "core/presets.py", ENGINE / "experiments/verdicts.py",
+    ENGINE / "experiments/e2.py", ENGINE / "experiments/e3.py", ENGINE / "experiments/e4.py",
+    ENGINE / "experiments/refit.py", Path(__file__).resolve(),
 )  # fmt: skip
 
 
@@ -63,8 +64,7 @@ def studies(root: Path | None = None) -> list[str]:
 
 def _verdict_code() -> str:
     digest = hashlib.sha256()
-    for name in VERDICT_CODE:
-        path = ENGINE / name
+    for path in VERDICT_CODE:
         digest.update(path.read_bytes() if path.is_file() else b"")
     return digest.hexdigest()[:16]
 
@@ -91,8 +91,8 @@ def claims_of(experiment: str, rows, preset_name: str) -> tuple[str | None, list
     first study's verdicts), else (None, []) for an experiment without verdicts (E1)."""
     from engine.experiments import REGISTRY, verdicts
 
-    if has_heldout(rows):
-        return "verdicts", verdicts.claims(experiment, rows)
+    if has_heldout(rows):  # each claim also says its outcome in words, for the cards (rule_cards)
+        return "verdicts", [dict(c, outcome=verdicts.outcome(c["holds"])) for c in verdicts.claims(experiment, rows)]
     if experiment not in REGISTRY:
         return None, []
     module = REGISTRY[experiment]
@@ -184,12 +184,6 @@ ANALYSES = {"paper": "The paper's analysis (Cliff's δ, Mann–Whitney, unpaired
 LEVELS = ("held-out mean", "hardest held-out")  # engine.experiments.verdicts.MEAN, HARDEST: the judged levels
 
 
-def outcome(holds) -> str:
-    """A verdict as words (as engine.experiments.verdicts.outcome): holds / does NOT hold / undecided, or an
-    outcome such as "vanishes"."""
-    return holds if isinstance(holds, str) else "undecided" if holds is None else "holds" if holds else "does NOT hold"
-
-
 def rule_cards(experiment: str, found: list[dict]) -> list[dict]:
     """engine.experiments.verdicts' claims grouped into one card per (task, claim): {task, claim, text, paper,
     analyses: {analysis: {"levels": {level: (outcome, measured)}, "difficulties": "k/N" or ""}}}."""
@@ -200,7 +194,7 @@ def rule_cards(experiment: str, found: list[dict]) -> list[dict]:
             (c["task"], c["claim"]), {"task": c["task"], "claim": c["claim"], "text": text, "paper": figure,
                                       "analyses": {}})  # fmt: skip
         analysis = card["analyses"].setdefault(c["analysis"], {"levels": {}, "difficulties": ""})
-        analysis["levels"][c["level"]] = (outcome(c["holds"]), c["measured"])
+        analysis["levels"][c["level"]] = (c["outcome"], c["measured"])
         analysis["difficulties"] = c.get("difficulties") or analysis["difficulties"]
     return sorted(cards.values(), key=lambda card: (card["claim"], card["task"]))
 

@@ -736,13 +736,13 @@ def test_the_e4_paired_view_is_the_verdict_rules_e4_table(monkeypatch, heldout, 
 
 def test_overview_cards_follow_the_verdict_rules_with_both_analyses(monkeypatch, heldout):
     from dashboard import results as found_by
-    from engine.experiments import verdicts
 
     at = render(monkeypatch, heldout)
     markdown = [m.value for m in at.markdown]
     titles = {"e2": "E2", "e4": "E4 · looped vs stacked"}
     for experiment, title in titles.items():
-        cards = found_by.rule_cards(experiment, verdicts.claims(experiment, smoke_rows(heldout, experiment)))
+        _, found = found_by.claims_of(experiment, smoke_rows(heldout, experiment), "smoke")
+        cards = found_by.rule_cards(experiment, found)
         assert len(cards) >= 2
         for card in cards:
             (head,) = [m for m in markdown if m.startswith(f"**{title} ({card['claim']}) · {card['task']}**")]

@@ -96,14 +96,13 @@ def test_a_second_design_table_gets_the_verdict_rules_cards_and_the_paired_figur
     """Held-out rows: cards from engine.experiments.verdicts (both analyses, both levels), as the overview's."""
     from dashboard import report as static
     from dashboard import results
-    from engine.experiments import verdicts
     from tests.test_dashboard import relabel_heldout, smoke_results
 
     root = relabel_heldout(smoke_results(tmp_path_factory), tmp_path_factory.mktemp("heldout-report"))
     for extra in [*root.glob("e[34]-*.parquet"), *root.glob("e1-*")]:
         extra.unlink()  # E2 alone: its cards are counted below
     text = static.html(root)
-    cards = results.rule_cards("e2", verdicts.claims("e2", pd.read_parquet(root / "e2-smoke.parquet")))
+    cards = results.rule_cards("e2", results.claims_of("e2", pd.read_parquet(root / "e2-smoke.parquet"), "smoke")[1])
     assert text.count('class="card claim rule"') == len(cards) >= 4
     assert "Paired analysis (per-seed differences, Wilcoxon, Holm)" in text and "hardest held-out: " in text
     assert "E2 · parity: paired per seed, none − norm" in text

@@ -15,7 +15,6 @@ from engine.core.model import BOUNDARIES, ModelConfig
 from engine.core.tasks import TASK_NAMES, VOCAB_SIZE, TaskConfig
 
 ARCHS = ("looped", "stacked")
-LOOP_DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
 
 
 def parse_loops(spec: str) -> tuple[str, tuple[int, ...]]:
