@@ -74,10 +74,11 @@ def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined) -> list[alt.Char
         .encode(x="x:Q", color=color)
         .properties(name="budget")
     )
+    stacked = budgets.assign(y_px=[4 + 14 * i for i in range(len(budgets))])  # two sets' labels never overlap
     text = (
-        alt.Chart(budgets)
-        .mark_text(align="left", dx=4, dy=2, baseline="top", fontSize=11)
-        .encode(x="x:Q", y=alt.value(2), text="label:N", color=color)
+        alt.Chart(stacked)
+        .mark_text(align="left", dx=4, baseline="top", fontSize=11)
+        .encode(x="x:Q", y=alt.Y("y_px:Q", scale=None), text="label:N", color=color)
         .properties(name="budget-label")
     )
     return [rule, text]

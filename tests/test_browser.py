@@ -51,9 +51,11 @@ def results(tmp_path_factory) -> Path:
     if os.environ.get("LOOPSCOPE_BROWSER_RESULTS"):  # a folder this fixture made before: rerun the browser alone
         return Path(os.environ["LOOPSCOPE_BROWSER_RESULTS"])
     shared = smoke_results(tmp_path_factory)  # E2 (shared with test_dashboard: cached runs are reused)
-    e3.run("smoke", [0, 1], Store(shared), tasks=("parity",), progress=False)
-    e4.run("smoke", [0, 1], Store(shared), tasks=("parity",), progress=False)
-    root = relabel_heldout(shared, tmp_path_factory.mktemp("browser-results"))
+    own = tmp_path_factory.mktemp("browser-e2-e3-e4")  # E3/E4 on a copy: test_dashboard expects them absent
+    shutil.copytree(shared, own, dirs_exist_ok=True)
+    e3.run("smoke", [0, 1], Store(own), tasks=("parity",), progress=False)
+    e4.run("smoke", [0, 1], Store(own), tasks=("parity",), progress=False)
+    root = relabel_heldout(own, tmp_path_factory.mktemp("browser-results"))
     for name in ("e2-cpu-1layer.parquet", "e1-demo.parquet", "e1-demo.json"):
         if (SHIPPED / name).exists():
             shutil.copyfile(SHIPPED / name, root / name)

@@ -6,7 +6,7 @@ import pytest
 from safetensors.torch import load as load_safetensors
 
 from engine.core.store import RESULT_COLUMNS, Store
-from engine.experiments import e3
+from engine.experiments import e3, verdicts
 from engine.experiments import refit as rf
 from engine.experiments import runs as experiments
 
@@ -81,10 +81,10 @@ def test_summary_claims_and_text(e3_rows):
 
 
 def test_plateau_and_claim_verdicts_on_hand_made_summaries():
-    assert not e3.plateaued(pd.Series([0.34, 0.0, 0.30, 0.33], index=[400, 0, 100, 200]))  # sorted: 0.30 0.33 0.34
-    assert e3.plateaued(pd.Series([0.0, 0.30, 0.32, 0.335, 0.34], index=[0, 100, 200, 400, 800]))
-    assert not e3.plateaued(pd.Series([0.0, 0.20, 0.30, 0.34], index=[0, 100, 200, 400]))
-    assert not e3.plateaued(pd.Series([0.0, np.nan, np.nan], index=[0, 100, 200]))
+    assert not verdicts.plateaued(pd.Series([0.34, 0.0, 0.30, 0.33], index=[400, 0, 100, 200]))  # sorted: .30 .33 .34
+    assert verdicts.plateaued(pd.Series([0.0, 0.30, 0.32, 0.335, 0.34], index=[0, 100, 200, 400, 800]))
+    assert not verdicts.plateaued(pd.Series([0.0, 0.20, 0.30, 0.34], index=[0, 100, 200, 400]))
+    assert not verdicts.plateaued(pd.Series([0.0, np.nan, np.nan], index=[0, 100, 200]))
 
     def summary(head, last, plateau=True):
         return pd.DataFrame(

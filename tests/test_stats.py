@@ -306,6 +306,27 @@ def test_wilcoxon_zeros_dropped_ties_and_edge_cases():
         wilcoxon_p([1.0, 2.0], [1.0])
 
 
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_wilcoxon_tied_small_samples_equal_scipy_exactly(alternative):
+    # m <= 13 nonzero differences with tied |d| take the vectorised sign-flip path; scipy's own
+    # wilcoxon(method="auto") runs permutation_test there. Accuracy differences are multiples
+    # of 1/items, so ties are the common case in the study; the p must be scipy's to the bit.
+    from scipy import stats as scipy_stats
+
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(60):
+        m = int(rng.integers(2, 17))
+        d = np.round(rng.normal(rng.choice([0.0, 0.02]), 0.03, m), 2)
+        nonzero = d[d != 0]
+        if nonzero.size == 0 or nonzero.size > 13 or np.unique(np.abs(nonzero)).size == nonzero.size:
+            continue
+        expected = scipy_stats.wilcoxon(nonzero, zero_method="wilcox", alternative=alternative).pvalue
+        assert wilcoxon_p(d, np.zeros(m), alternative) == expected
+        checked += 1
+    assert checked >= 20
+
+
 def test_paired_mean_ci():
     ci = paired_mean_ci([0.25] * 5)  # constant differences: no spread, no BCa, no warning
     assert (ci.estimate, ci.low, ci.high, ci.method) == (0.25, 0.25, 0.25, "degenerate")

@@ -107,6 +107,6 @@ source = "e3.summarize (the table the claims read)" if "pooled" in ends else "e3
 st.caption(
     f"{views.METRIC_TITLES[metric]} at the last refit step ({task}, n = {n}, {label}), from engine.experiments."
     f"{source}: mean over seeds with its 95% bootstrap CI; plateau: each of the last {paper.PLATEAU_WINDOW} "
-    f"doublings of steps moves the mean by < {paper.PLATEAU_TOL} (e3.plateaued)."
+    f"doublings of steps moves the mean by < {paper.PLATEAU_TOL} (verdicts.plateaued)."
     + (" pooled: the recovery of the seed-mean accuracies." if "pooled" in ends else "")
 )

@@ -13,15 +13,31 @@ REGISTRY alone: adding an experiment is one module and one line here. E1 (releas
 someone else's checkpoint, not a training experiment: it lives in engine.ouro.
 """
 
+from __future__ import annotations
+
+import importlib
 from types import ModuleType
 
-from engine.experiments import e2, e3, e4, e5
-
-REGISTRY: dict[str, ModuleType] = {"e2": e2, "e3": e3, "e4": e4, "e5": e5}
+NAMES = ("e2", "e3", "e4", "e5")  # REGISTRY's keys, in order
 PAPER = ("e2", "e3", "e4")  # what `loopscope run all` runs: the paper's experiments; E5 goes beyond it, run by name
+
+
+def _registry() -> dict[str, ModuleType]:
+    registry = globals().get("REGISTRY")
+    if registry is None:
+        registry = globals()["REGISTRY"] = {e: importlib.import_module(f"engine.experiments.{e}") for e in NAMES}
+    return registry
+
+
+def __getattr__(name: str):
+    """REGISTRY is built on first use: the modules import torch, and `engine.experiments.verdicts` (the
+    dashboard's first page) must not pay for that."""
+    if name == "REGISTRY":
+        return _registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def seeds_for(experiment: str, preset_name: str, cfg, seeds) -> list[int]:
     """The seeds of `seeds` that a training of REGISTRY[experiment].trainings() uses (all, unless it says)."""
-    narrow = getattr(REGISTRY[experiment], "seeds_for", None)
+    narrow = getattr(_registry()[experiment], "seeds_for", None)
     return narrow(preset_name, cfg, seeds) if narrow else list(seeds)

@@ -34,13 +34,13 @@ from engine.core.store import RESULT_COLUMNS, ROWS, Store, parquet_bytes, proven
 from engine.core.tasks import TASK_NAMES
 from engine.experiments import refit as rf
 from engine.experiments.runs import ensure_runs, group_id, load_models
+from engine.experiments.verdicts import IN_RANGE, plateaued
 
 TITLE = "readout refit"
 TASKS = TASK_NAMES
 COLUMNS = [*RESULT_COLUMNS, "refit_target", "refit_steps", "split"]
-ORIGINAL, IN_RANGE, STATE = "original", 0, "refit.safetensors"
+ORIGINAL, STATE = "original", "refit.safetensors"
 HEAD_LO, HEAD_HI = paper.HEAD_RECOVERY_RANGE
-PLATEAU_TOL, PLATEAU_WINDOW = paper.PLATEAU_TOL, paper.PLATEAU_WINDOW  # each of the last 2 doublings moves < 0.02
 REFIT = {
     "smoke": rf.RefitConfig(schedule=(0, 25, 50, 100, 200, 400), lr=3e-3),
     "cpu": rf.RefitConfig(targets=("head", "head+last", "head+first"), schedule=(0, 50, 100, 200, 400, 800)),
@@ -179,12 +179,6 @@ def run(
 
 
 # ---------------------------------------------------------------- summaries and claims
-
-
-def plateaued(curve: pd.Series) -> bool:
-    """A curve over refit steps whose last PLATEAU_WINDOW intervals each move by < PLATEAU_TOL."""
-    tail = curve.sort_index().to_numpy(dtype=float)[-(PLATEAU_WINDOW + 1) :]
-    return len(tail) == PLATEAU_WINDOW + 1 and bool(np.all(np.abs(np.diff(tail)) < PLATEAU_TOL))
 
 
 LEVELS = ("in-range", "beyond", "all")  # difficulty levels of seed_values/curves, besides one difficulty

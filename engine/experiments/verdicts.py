@@ -13,9 +13,17 @@ import pandas as pd
 
 from engine import paper
 from engine.core import stats
-from engine.experiments.e3 import IN_RANGE, plateaued
 
 MEAN, HARDEST = "held-out mean", "hardest held-out"
+IN_RANGE = 0  # E3 stores the recovery of the in-range mean accuracy at this difficulty
+
+
+def plateaued(curve: pd.Series) -> bool:
+    """E3's plateau rule: a curve over refit steps whose last PLATEAU_WINDOW intervals each move by < PLATEAU_TOL."""
+    tail = curve.sort_index().to_numpy(dtype=float)[-(paper.PLATEAU_WINDOW + 1) :]
+    return len(tail) == paper.PLATEAU_WINDOW + 1 and bool(np.all(np.abs(np.diff(tail)) < paper.PLATEAU_TOL))
+
+
 NEGLIGIBLE, _, LARGE = (cut for cut, _ in paper.DELTA_MAGNITUDES)
 CLOSEST_TOL = 0.01  # E2 (b): |d(T)| may exceed the smallest |d(n)| by this much (ties at the ceiling)
 
