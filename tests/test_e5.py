@@ -337,9 +337,10 @@ def test_the_fan_out_trains_what_run_e5_trains(monkeypatch):
     seeds = list(range(16))
     e5.run("cpu", seeds, NoTables(), tasks=("parity", "chain"), progress=False)
     units = [(cfg, e5.seeds_for("cpu", cfg, seeds)) for cfg, _ in e5.trainings("cpu", ("parity", "chain"))]
-    assert trained == units and len(units) == 2 * (2 + 4 + 5)
+    assert trained == units and len(units) == 2 * (2 + 4) + 5  # the ladder's 5 own rungs: parity only at cpu
     own = [cfg for cfg, s in units if s == [0, 1, 2, 3]]
-    assert len(own) == 10 and all(cfg.train.group_size == 4 and cfg.model.boundary == "norm" for cfg in own)
+    assert {cfg.task.name for cfg in own} == {"parity"} and e5.ladder("cpu", "chain") == []
+    assert len(own) == 5 and all(cfg.train.group_size == 4 and cfg.model.boundary == "norm" for cfg in own)
     assert {c.model.n_params for c in own} | {preset("cpu").model.n_params} == {15_904, 55_360, 105_792, 229_344,
                                                                                412_288}  # fmt: skip
     assert sorted({c.train_loops for c, _ in units}) == ["fixed:4", "lognormal:4:12", "uniform:1-8"]

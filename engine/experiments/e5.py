@@ -67,6 +67,9 @@ LADDER = {
     "paper": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (256, 8, 704, 6, 1), (384, 8, 1024, 6, 1),
               (512, 8, 1376, 6, 1), (512, 8, 1376, 6, 2)),
 }  # fmt: skip
+# The tasks a preset's ladder covers. `cpu`: parity only, a cost-only trim decided before E5 ran (dev/LOG.md,
+# 2026-12-03): the ladder is reported, not judged, and both tasks' rungs would add 1.4-2.1 h to E5's 3.5-5.3 h.
+LADDER_TASKS = {"cpu": ("parity",)}
 
 
 def range_specs(T: int) -> tuple[str, ...]:
@@ -75,9 +78,11 @@ def range_specs(T: int) -> tuple[str, ...]:
 
 
 def ladder(preset_name: str, task: str) -> list[RunConfig]:
-    """Part 3's norm-trained configs, smallest first. A rung that is the preset's own model is E2's config (its runs
-    are reused); the others train LADDER_SEEDS seeds as one group."""
+    """Part 3's norm-trained configs, smallest first (none for a task outside LADDER_TASKS). A rung that is the
+    preset's own model is E2's config (its runs are reused); the others train LADDER_SEEDS seeds as one group."""
     base = preset(preset_name, task, "norm")
+    if task not in LADDER_TASKS.get(preset_name, TASKS):
+        return []
     out = []
     for d, heads, ff, layers, times in LADDER.get(preset_name, ()):
         model = replace(base.model, d_model=d, n_heads=heads, d_ff=ff, layers_per_block=layers)
