@@ -7,7 +7,7 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout
 
-from dashboard.results import results_root  # noqa: E402  (after the path fix above)
+from dashboard.results import presets, results_root  # noqa: E402  (after the path fix above)
 from engine.runtime import settings  # noqa: E402  (torch-free: the first page imports nothing heavy)
 
 PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app.py runs this file from the root
@@ -26,6 +26,8 @@ pages = {
     "Provenance": [st.Page(PAGES / "runs.py", title="Runs", icon=":material/table:")],
     "Live": [st.Page(PAGES / "run.py", title="Run", icon=":material/play_circle:")],
 }
+if presets("e5"):  # a page appears with its data: E5 is run by name, after the paper's experiments
+    pages["Beyond the paper"] = [st.Page(PAGES / "agreement.py", title="Agreement (E5)", icon=":material/join_inner:")]
 page = st.navigation(pages)
 st.sidebar.caption(f"Results folder: `{results_root()}` (set `LOOPSCOPE_RESULTS` to change it).")
 try:

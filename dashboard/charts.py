@@ -304,6 +304,34 @@ def difference_chart(diffs: pd.DataFrame, x: str, x_title: str, y_title: str, bu
     return alt.layer(*layers).properties(width=WIDTH, height=220, autosize=AUTOSIZE)
 
 
+def ladder_chart(points: pd.DataFrame, reference_params: float) -> alt.LayerChart:
+    """E5's ladder: the surgery's damage (mean with its 95% CI over seeds) against parameters on a log axis, one
+    colour per n (points: series, params, mean, ci_low, ci_high, n, steps), a longer training drawn as a square,
+    the zero line and a rule at the paper's model size."""
+    x = alt.X("params:Q", title="parameters (log scale)", scale=alt.Scale(type="log", nice=False))
+    colors = color_scale(points["series"]) if len(points) else alt.Undefined
+    color = alt.Color("series:N", title="loop count", scale=colors, legend=alt.Legend(orient="bottom"))
+    shape = alt.Shape("steps:N", title="training steps", legend=alt.Legend(orient="bottom"))
+    tooltip = ["series:N", alt.Tooltip("params:Q", format=","), "steps:N", alt.Tooltip("mean:Q", format="+.3f"),
+               alt.Tooltip("ci_low:Q", format="+.3f"), alt.Tooltip("ci_high:Q", format="+.3f"), "n:Q"]  # fmt: skip
+    base = alt.Chart(points).encode(x=x, color=color)
+    paper_rule = pd.DataFrame({"params": [reference_params], "label": [f"the paper's {reference_params / 1e6:.0f}M"]})
+    layers = [
+        alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y="y:Q").properties(name="zero"),
+        base.mark_rule(strokeWidth=2).encode(y="ci_low:Q", y2="ci_high:Q").properties(name="ci"),
+        base.mark_line(strokeWidth=1.5, opacity=0.6).encode(y="mean:Q", detail="steps:N").properties(name="line"),
+        base.mark_point(size=90, filled=True)
+        .encode(y=alt.Y("mean:Q", title="accuracy lost to the surgery (norm − norm→none)"), shape=shape,
+                tooltip=tooltip)
+        .properties(name="mean"),
+        alt.Chart(paper_rule).mark_rule(strokeDash=[6, 4], color="#444444").encode(x="params:Q")
+        .properties(name="paper"),
+        alt.Chart(paper_rule).mark_text(align="right", dx=-4, baseline="top", fontSize=11, color="#444444")
+        .encode(x="params:Q", y=alt.value(4), text="label:N"),
+    ]  # fmt: skip
+    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE).resolve_scale(color="shared")
+
+
 def loss_scale(curve: pd.DataFrame) -> str:
     """`log` where every loss is positive and finite, else `linear`: a log scale cannot place a loss of exactly 0
     (the curve collapses onto the top edge and the axis loses its ticks and title)."""

@@ -431,3 +431,21 @@ def log_tail(root: Path, jid: str, lines: int = 20) -> str:
     except (OSError, ValueError):
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------- E5: the engine's summary
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _e5_summary(preset_name: str, state: tuple) -> tuple[pd.DataFrame | None, str | None]:
+    from engine.experiments import e5
+
+    try:
+        return e5.summarize(_engine_rows("e5", preset_name), preset_name), None
+    except Exception as e:  # a table too small or too odd to summarise is a message, not a crash
+        return None, f"`e5-{preset_name}.parquet` could not be summarised ({type(e).__name__}: {e})."
+
+
+def e5_summary(preset_name: str) -> tuple[pd.DataFrame | None, str | None]:
+    """engine.experiments.e5.summarize of the table: every estimate of the four parts, the table the claims read."""
+    return _e5_summary(preset_name, tables_state(results_root()))

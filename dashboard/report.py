@@ -24,7 +24,8 @@ from engine.core.presets import train_ranges
 from engine.experiments import REGISTRY, e3, e4
 
 TITLES = {"e1": "E1 · released Ouro weights", "e2": "E2 · norm vs none, from scratch",
-          "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked"}  # fmt: skip
+          "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked",
+          "e5": "E5 · agreement tested directly (beyond the paper)"}  # fmt: skip
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
 color:#1a1a1a;line-height:1.45}
@@ -76,6 +77,8 @@ def claims(experiment: str, rows: pd.DataFrame, preset_name: str) -> tuple[list[
 def card_html(title: str, claim: dict, scale: str) -> str:
     verdict = bool(claim.get("reproduced"))
     badge = f'<span class="badge {"yes" if verdict else "no"}">{"reproduced" if verdict else "not reproduced"}</span>'
+    if claim.get("beyond_paper"):  # E5: the outcome its rules name (agreement, normalisation, mixed, ...)
+        badge = _outcome_badge(str(claim.get("outcome", "")))
     return (
         f'<div class="card claim" data-verdict="{"yes" if verdict else "no"}"><b>{_esc(title)}</b>{badge}'
         f"<p>{_md(claim.get('text', ''))}</p><p><b>Paper:</b> {_md(claim.get('paper', ''))}<br>"
@@ -84,7 +87,7 @@ def card_html(title: str, claim: dict, scale: str) -> str:
 
 
 def _outcome_badge(outcome: str, prefix: str = "") -> str:
-    kind = {"holds": "yes", "does NOT hold": "no"}.get(outcome, "none")
+    kind = {"holds": "yes", "does NOT hold": "no", "agreement": "yes", "normalisation": "no"}.get(outcome, "none")
     return f'<span class="badge {kind}">{_esc(prefix + outcome)}</span>'
 
 
@@ -341,6 +344,8 @@ def html(root: Path, preset_name: str | None = None) -> str:
         if rules == "verdicts":
             found = results.rule_cards(experiment, found)
             cards = [rule_card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale, experiment) for c in found]
+        elif rules == "e5":
+            cards = [card_html(f"{name}: {c['claim']} · {c['task']}, {c['level']}", c, scale) for c in found]
         else:
             cards = [card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale) for c in found]
         parts.append(f'<div class="cards">{"".join(cards)}</div>')

@@ -25,7 +25,7 @@ ENGINE = Path(__file__).resolve().parents[1] / "engine"
 VERDICT_CODE = (  # the files whose code decides a cached verdict, this one included: their digest keys the cache
     ENGINE / "paper.py", ENGINE / "core/stats.py", ENGINE / "core/presets.py", ENGINE / "experiments/verdicts.py",
     ENGINE / "experiments/e2.py", ENGINE / "experiments/e3.py", ENGINE / "experiments/e4.py",
-    ENGINE / "experiments/refit.py", Path(__file__).resolve(),
+    ENGINE / "experiments/e5.py", ENGINE / "experiments/refit.py", Path(__file__).resolve(),
 )  # fmt: skip
 
 
@@ -88,9 +88,13 @@ def has_heldout(rows) -> bool:
 def claims_of(experiment: str, rows, preset_name: str) -> tuple[str | None, list[dict]]:
     """(rules, claims) for one table: `verdicts` (engine.experiments.verdicts.claims, the README's rules under
     both analyses) where the table has held-out items, else `module` (REGISTRY[e].claims on its summary, the
-    first study's verdicts), else (None, []) for an experiment without verdicts (E1)."""
+    first study's verdicts), `e5` (E5's own rules, REGISTRY["e5"].claims), else (None, []) for an experiment
+    without verdicts (E1)."""
     from engine.experiments import REGISTRY, verdicts
 
+    if experiment == "e5":  # beyond the paper: its own rules ("E5 predictions"), each claim with its outcome
+        module = REGISTRY["e5"]
+        return "e5", module.claims(module.summarize(rows, preset_name))
     if has_heldout(rows):  # each claim also says its outcome in words, for the cards (rule_cards)
         return "verdicts", [dict(c, outcome=verdicts.outcome(c["holds"])) for c in verdicts.claims(experiment, rows)]
     if experiment not in REGISTRY:
@@ -127,8 +131,13 @@ def cache_dir() -> Path:
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _claims(path: str, experiment: str, preset_name: str, state: tuple, code: str) -> dict:
-    """In memory per process, and on disk (cache_dir) across processes, keyed on the table file's path, size and
-    mtime and the verdict code's digest; a folder that cannot be written only costs the recomputation."""
+    """In memory per process, and on disk (_disk_claims) across processes."""
+    return _disk_claims(path, experiment, preset_name, state, code)
+
+
+def _disk_claims(path: str, experiment: str, preset_name: str, state: tuple, code: str) -> dict:
+    """On disk (cache_dir) across processes, keyed on the table file's path, size and mtime and the verdict
+    code's digest; a folder that cannot be written only costs the recomputation."""
     key = hashlib.sha256(json.dumps([path, experiment, preset_name, state, code]).encode()).hexdigest()[:24]
     cached = cache_dir() / f"claims-{key}.json"
     try:
@@ -147,16 +156,34 @@ def _claims(path: str, experiment: str, preset_name: str, state: tuple, code: st
     return found
 
 
+def _table_key(root: Path, experiment: str, preset_name: str) -> tuple | None:
+    path = root / f"{experiment}-{preset_name}.parquet"
+    if not path.is_file():
+        return None
+    return str(path.resolve()), experiment, preset_name, [path.stat().st_size, path.stat().st_mtime_ns]
+
+
+def warm(root: Path | None = None) -> int:
+    """Compute (or find) every table's verdicts under root into the disk cache, as the overview would; returns
+    how many tables. `loopscope dashboard` runs this beside the server, so a first visit finds them ready."""
+    root = Path(root) if root is not None else results_root()
+    code, done = _verdict_code(), 0
+    for experiment, names in catalog(root).items():
+        for preset_name in names:
+            if key := _table_key(root, experiment, preset_name):
+                _disk_claims(*key, code)
+                done += 1
+    return done
+
+
 def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
     """The verdicts for one table: {"rules": "verdicts" (engine.experiments.verdicts.claims: the README's
     rules, both analyses, for tables with held-out items), "module" (REGISTRY[e].claims on its summary: the
     first study's tables) or None (no verdicts, e.g. E1), "claims": [dict], "problems": [str], "scale": str}."""
-    root = Path(root) if root is not None else results_root()
-    path = root / f"{experiment}-{preset_name}.parquet"
-    if not path.is_file():
+    key = _table_key(Path(root) if root is not None else results_root(), experiment, preset_name)
+    if key is None:
         return {"rules": None, "claims": [], "problems": [], "scale": "—"}
-    state = [path.stat().st_size, path.stat().st_mtime_ns]
-    return _claims(str(path.resolve()), experiment, preset_name, state, _verdict_code())
+    return _claims(*key, _verdict_code())
 
 
 # ---------------------------------------------------------------- the second design's verdicts as cards
@@ -211,3 +238,9 @@ def report_html(preset_name: str | None = None) -> bytes:
     when a table changes."""
     root = results_root()
     return _report_html(str(root), preset_name, tables_state(root))
+
+
+if __name__ == "__main__":  # python -m dashboard.results [RESULTS]: fill the verdict cache (loopscope dashboard does)
+    import sys
+
+    warm(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

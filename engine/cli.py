@@ -316,6 +316,9 @@ def cmd_dashboard(args) -> int:
         raise UsageError(f"--port {args.port} is not a TCP port; pick one from 1 to 65535 (default 8501).")
     app = Path(dashboard.__file__).parent / "app.py"
     env = dict(os.environ, LOOPSCOPE_RESULTS=str(results_dir(args).resolve()))
+    # the overview's verdicts, computed beside the server's start-up: a first visit finds them on disk
+    warm = [sys.executable, "-m", "dashboard.results", env["LOOPSCOPE_RESULTS"]]
+    subprocess.Popen(warm, env=env, cwd=app.parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port)]
     return subprocess.call(command, env=env)
 

@@ -830,3 +830,10 @@ def test_the_first_page_imports_nothing_heavy_and_keeps_its_verdicts_on_disk(mon
     os.utime(copy / "e2-smoke.parquet", ns=(1, 1))  # another table file: computed again, never served stale
     found_by.claims("e2", "smoke", copy)
     assert len(computed) == 2
+    # `loopscope dashboard` warms the cache beside the server: every table's verdicts, a first visit computes none
+    os.utime(copy / "e2-smoke.parquet", ns=(2, 2))
+    tables = len(list(copy.glob("e*-*.parquet")))
+    assert found_by.warm(copy) == tables and len(computed) == 2 + tables
+    st.cache_data.clear()
+    found_by.claims("e2", "smoke", copy)
+    assert len(computed) == 2 + tables

@@ -344,3 +344,35 @@ def test_the_fan_out_trains_what_run_e5_trains(monkeypatch):
     assert {c.model.n_params for c in own} | {preset("cpu").model.n_params} == {15_904, 55_360, 105_792, 229_344,
                                                                                412_288}  # fmt: skip
     assert sorted({c.train_loops for c, _ in units}) == ["fixed:4", "lognormal:4:12", "uniform:1-8"]
+
+
+def test_the_dashboard_shows_e5_cards_and_its_page_draws_finite_figures(e5_results, monkeypatch):
+    """The overview's "beyond the paper" section and the Agreement page, on a real (tiny) E5 table; the page is
+    in the navigation only where an E5 table exists; the static report carries the same cards."""
+    from dashboard import report
+    from tests.test_dashboard import charts_on, finite, measured_values, render
+
+    store, _, _ = e5_results
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(store.root / "cache"))
+    at = render(monkeypatch, store.root)
+    text = " ".join(m.value for m in at.markdown)
+    for claim in ("train x run", "range uniform:1-6", "ladder", "rescale"):
+        assert f"E5 · {claim} · parity" in text
+    assert "not run yet: `loopscope run e5" not in text
+    at = render(monkeypatch, store.root, "agreement")
+    figures = charts_on(at)
+    assert len(figures) >= 3
+    for i, spec in enumerate(figures):
+        assert any(finite(v) for v in measured_values(spec)), f"agreement: figure {i} draws no finite value"
+    assert any("agreement effect G" in str(spec["datasets"]) for spec in figures)
+    page = report.html(store.root, "smoke")
+    assert "E5 · agreement tested directly (beyond the paper): train x run · parity" in page
+
+
+def test_without_an_e5_table_the_overview_says_how_to_make_it(monkeypatch, tmp_path):
+    from tests.test_dashboard import render
+
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path / "cache"))
+    at = render(monkeypatch, tmp_path)
+    assert "not run yet: `loopscope run e5 --preset cpu" in " ".join(m.value for m in at.markdown)
+    assert not [p for p in at.get("page_link") if "agreement" in str(p.proto.page)]

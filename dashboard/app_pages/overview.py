@@ -55,6 +55,18 @@ SECTIONS = {  # each experiment's claim as the paper states it; once its table e
         "page": PAGES / "ouro.py",
     },
 }
+BEYOND = {  # E5 goes beyond the paper: the claim is the paper's thesis, varied directly (README, "E5 predictions")
+    "e5": {
+        "title": "E5 · agreement tested directly (beyond the paper)",
+        "card": "E5",
+        "text": "The paper's thesis, that agreement between the loop a model is trained with and the one it is run "
+        "with keeps depth reusable, not the normalisation, tested by varying agreement itself.",
+        "paper": "inferred, never varied: “agreement rather than normalisation”",
+        "command": "loopscope run e5 --preset cpu --seeds 16 --workers 2",
+        "page": PAGES / "agreement.py",
+    },
+}
+E5_COLORS = {"agreement": "green", "normalisation": "red", "mixed": "orange", "undecided": "gray"}
 VERDICTS = {
     True: ("reproduced", "green", ":material/check_circle:"),
     False: ("not reproduced", "red", ":material/cancel:"),
@@ -74,12 +86,46 @@ STUDY_NOTES = {
 }
 
 
-def card(title: str, text: str, paper: str, measured: str, scale: str, verdict, link: dict) -> None:
+def card(title: str, text: str, paper: str, measured: str, scale: str, verdict, link: dict | None) -> None:
     label, color, icon = VERDICTS[verdict]
     with st.container(border=True):
         st.markdown(f"**{title}** &nbsp; :{color}-badge[{icon} {label}]  \n{text}")
         st.markdown(f"**Paper:** {paper}  \n**Measured:** {measured}  \n**Scale:** {scale}")
-        st.page_link(**link)
+        if link:
+            st.page_link(**link)
+
+
+def beyond_section(experiment: str, preset: str | None) -> None:
+    """E5's cards: per task and claim, the outcome its rules name at the held-out mean and the hardest held-out."""
+    spec = BEYOND[experiment]
+    st.header(spec["title"])
+    tables = results.presets(experiment)
+    if not tables:  # its page appears with its table (dashboard/app.py): no link yet
+        card(spec["card"], spec["text"], spec["paper"], f"not run yet: `{spec['command']}`", "—", None, None)
+        return
+    chosen = preset if preset in tables else tables[0]
+    with st.spinner(f"Computing the {experiment} verdicts (once per change of the table)…"):
+        found = results.claims(experiment, chosen)
+    for problem in found["problems"]:
+        st.error(problem)
+    grouped: dict[tuple, list[dict]] = {}
+    for c in found["claims"]:
+        grouped.setdefault((c["task"], c["claim"]), []).append(c)
+    for i, ((task, claim), levels) in enumerate(grouped.items()):
+        if i % 2 == 0:
+            columns = st.columns(2)
+        with columns[i % 2], st.container(border=True):
+            first = levels[0]
+            st.markdown(f"**{spec['card']} · {claim} · {task}**  \n{first['text']}  \n**Predicted:** {first['paper']}")
+            st.markdown(
+                "  \n".join(
+                    f"{c['level']}: :{E5_COLORS.get(c['outcome'], 'blue')}-badge[{c['outcome']}] {c['measured']}"
+                    for c in levels
+                )
+                + f"  \n**Scale:** {found['scale']}"
+            )
+            query = {"task": task} | ({"preset": chosen} if len(tables) > 1 else {})
+            st.page_link(spec["page"], label="Open the page", icon=":material/arrow_forward:", query_params=query)
 
 
 def badge(outcome: str, prefix: str = "") -> str:
@@ -188,3 +234,5 @@ if study in STUDY_NOTES:
     st.caption(STUDY_NOTES[study])
 for experiment in SECTIONS:
     section(experiment, study)
+for experiment in BEYOND:
+    beyond_section(experiment, study)

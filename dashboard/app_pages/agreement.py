@@ -1,0 +1,156 @@
+"""E5, beyond the paper: agreement between training and running put to the test (SPEC §8).
+
+Every number here is engine.experiments.e5.summarize's (cached in dashboard.data) and every verdict
+e5.claims', the README's "E5 predictions" rules written before E5 ran."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, data, results, ui, views
+from engine import paper
+from engine.experiments import e5
+
+COMMAND = "loopscope run e5 --preset cpu --seeds 16 --workers 2"
+EFFECT_NAMES = {"run": "run-mode effect R", "train": "train-mode effect M", "agreement": "agreement effect G"}
+OUTCOME_COLORS = {"agreement": "green", "normalisation": "red", "mixed": "orange", "undecided": "gray"}
+
+st.title("Agreement tested directly (E5, beyond the paper)")
+st.markdown(
+    "The paper infers that *agreement* between the loop a model is trained with and the loop it is run with, "
+    "not the normalisation, keeps depth reusable; it never varies agreement itself. E5 does, on the second "
+    "design's models: (1) each model run in both modes, (2) both modes trained over a range of loop counts, "
+    "(3) the surgery across model scales, (4) the boundary norm replaced by a fixed per-step rescale. The "
+    "README's *E5 predictions* say what each reading predicts and the rule that decides, written before E5 ran."
+)
+table = views.load("e5", "E5 varies agreement itself on the second design's models.", COMMAND)
+if table is None:
+    st.stop()
+st.caption(ui.scale_note(table))
+summary, problem = data.e5_summary(table.preset)
+if problem:
+    st.error(problem)
+    st.stop()
+
+left, right = st.columns(2)
+with left:
+    task = views.pick_task(table.rows)
+with right:
+    level = ui.one_of(
+        "level", list(e5.LEVELS), "level", help="The verdict rules' levels: the held-out mean and the hardest held-out."
+    )
+s = summary[(summary["task"] == task) & (summary["level"] == level)]
+T = int(s["trained_loops"].iloc[0]) if len(s) else 0
+own = s.loc[s["part"] == "range", ["params", "train_steps"]].drop_duplicates()
+at_scale = s.merge(own, on=["params", "train_steps"]) if len(own) == 1 else s  # parts 1, 2, 4: E2's model size
+held = "" if (table.rows["split"] == "heldout").any() else " (no held-out items at this preset: in-range items)"
+name = f"e5-{table.preset}-{task}-{level}".replace(" ", "_")
+
+verdicts = [c for c in results.claims("e5", table.preset)["claims"] if c["task"] == task and c["level"] == level]
+if verdicts:
+    st.markdown(
+        "  \n".join(
+            f"**{c['claim']}** :{OUTCOME_COLORS.get(c['outcome'], 'blue')}-badge[{c['outcome']}] {c['measured']}"
+            for c in verdicts
+        )
+    )
+
+
+def series_stats(frame: pd.DataFrame, series: pd.Series) -> pd.DataFrame:
+    columns = ["series", "eval_loops", "mean", "ci_low", "ci_high", "n", "ci_method"]
+    return frame.assign(series=series.to_numpy())[columns]
+
+
+st.header("1 · Train mode × run mode")
+specs = list(dict.fromkeys(at_scale.loc[at_scale["part"] == "effects", "train_loops"]))
+fixed = f"fixed:{T}"
+spec = ui.select("trained with", [fixed, *[x for x in specs if x != fixed]], "train_loops", help="fixed:T is E2's.")
+effects = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == spec)].sort_values("eval_loops")
+if effects.empty:
+    st.info(f"No seed pair of `{spec}` has all four cells (trained norm/none × run norm/none).")
+else:
+    stats = series_stats(effects, effects["quantity"].map(EFFECT_NAMES))
+    chart = charts.curves(
+        stats, "eval_loops", charts.N_TITLE, "effect on accuracy", budgets=charts.budget_rules(T),
+        y_domain=None, legend_title="effect",
+    )  # fmt: skip
+    what = (
+        f"{task}, {level}{held}, trained `{spec}`. Per seed pair, with A(train, run) the accuracy: "
+        "R = ½[A(norm,none) + A(none,none) − A(norm,norm) − A(none,norm)], M = ½[A(none,norm) + A(none,none) − "
+        "A(norm,norm) − A(norm,none)], G = ½[A(norm,norm) + A(none,none) − A(norm,none) − A(none,norm)]: run as "
+        "trained minus run the other way (engine.experiments.e5.decompose). "
+    )
+    ui.figure(chart, effects, f"{name}-effects", charts.caption(int(stats["n"].min()), stats["ci_method"], None, what))
+
+st.header("2 · Training over a range of loop counts")
+acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])].sort_values("eval_loops")
+chosen = ui.some_of("distributions", list(dict.fromkeys(acc["train_loops"])), "dists")
+acc = acc[acc["train_loops"].isin(chosen)]
+if acc.empty:
+    st.info("Choose at least one distribution.")
+else:
+    stats = series_stats(acc, acc["train_loops"] + ", " + acc["quantity"])
+    chart = charts.curves(
+        stats, "eval_loops", charts.N_TITLE, "accuracy", budgets=charts.budget_rules(T), chance=charts.CHANCE,
+        legend_title="trained with, mode",
+    )  # fmt: skip
+    what = f"{task}, {level}{held}: each model run as trained. Dashed rule: n = T of the fixed budget. "
+    caption = charts.caption(int(stats["n"].min()), stats["ci_method"], charts.CHANCE, what)
+    ui.figure(chart, acc, f"{name}-range", caption)
+gap = at_scale[at_scale["part"] == "range"].sort_values(["train_loops", "eval_loops"])
+st.dataframe(
+    gap[["train_loops", "eval_loops", "in_range", "mean", "ci_low", "ci_high", "n", "wilcoxon_p", "wilcoxon_p_holm"]],
+    hide_index=True,
+    column_config={"train_loops": "trained with", "eval_loops": "n", "in_range": "in the trained range",
+                   "mean": st.column_config.NumberColumn("none − norm", format="%+.3f"),
+                   "ci_low": st.column_config.NumberColumn("95% CI low", format="%+.3f"),
+                   "ci_high": st.column_config.NumberColumn("95% CI high", format="%+.3f"), "n": "seed pairs",
+                   "wilcoxon_p": st.column_config.NumberColumn("Wilcoxon p", format="%.3g"),
+                   "wilcoxon_p_holm": st.column_config.NumberColumn("Holm p", format="%.3g")},
+)  # fmt: skip
+st.caption(
+    "none − norm of the same seed, each run as trained; in the trained range: drawn at ≥ "
+    f"{e5.IN_RANGE_SHARE:.0%} of training steps (e5.trained_range). Holm within each side of T."
+)
+
+st.header("3 · Where the surgery bites")
+ladder = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
+if ladder.empty:
+    st.info(f"No ladder for {task} in this table (at `cpu` it covers parity only: e5.LADDER_TASKS).")
+else:
+    points = ladder.assign(
+        series=[f"n = {n} ({'T' if n == T else '3T'})" for n in ladder["eval_loops"]],
+        steps=ladder["train_steps"].astype(int).astype(str),
+    )[["series", "params", "steps", "mean", "ci_low", "ci_high", "n"]]
+    what = (
+        f"{task}, {level}{held}: accuracy lost when a norm-trained model is run without its norm (norm − norm→none "
+        f"per seed, mean with its 95% bootstrap CI), at n = T and 3T, against parameters; dashed: the paper's "
+        f"{paper.PAPER_PARAMS / 1e6:.0f}M. Reported, not judged."
+    )
+    ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what)
+
+st.header("4 · The rescale surgery")
+rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)].sort_values("eval_loops")
+rescale = rescale[rescale["eval_loops"] >= T]
+if rescale.empty or rescale["mean"].isna().all():
+    st.info(f"No seed lost ≥ {paper.MIN_REFIT_GAP} to the surgery at this level: nothing to recover.")
+else:
+    stats = series_stats(rescale, pd.Series(["norm→rescale"] * len(rescale)))
+    references = None
+    if table.preset in results.presets("e3"):
+        refits, _ = data.e3_curves(table.preset, "recovery", "in-range mean")
+        if refits is not None and len(refits):
+            last = refits[(refits["task"] == task) & (refits["eval_loops"] == T)]
+            last = last[last["refit_steps"] == last["refit_steps"].max()]
+            labels = [f"E3 {t}, {int(k)} steps" for t, k in last[["refit_target", "refit_steps"]].to_numpy()]
+            references = pd.DataFrame({"x": [float(T)] * len(last), "y": last["mean"].to_numpy(), "label": labels})
+    chart = charts.curves(
+        stats, "eval_loops", charts.N_TITLE, "recovery", budgets=charts.budget_rules(T), y_domain=None,
+        references=references, legend_title="surgery",
+    )  # fmt: skip
+    what = (
+        f"{task}, {level}{held}: (A(norm→rescale) − A(norm→none)) / (A(norm) − A(norm→none)) per seed, over the "
+        f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP}; the boundary norm replaced by g · Block(h) / s_t, s_t the "
+        "model's mean state RMS at step t on training items (no parameter added). Diamonds: E3's refits at n = T "
+        "(in-range mean, the last refit step). "
+    )
+    ui.figure(chart, rescale, f"{name}-rescale", charts.caption(int(stats["n"].min()), stats["ci_method"], None, what))
