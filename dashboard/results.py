@@ -90,15 +90,17 @@ def claims_of(experiment: str, rows, preset_name: str) -> tuple[str | None, list
     both analyses) where the table has held-out items, else `module` (REGISTRY[e].claims on its summary, the
     first study's verdicts), `e5` (E5's own rules, REGISTRY["e5"].claims), else (None, []) for an experiment
     without verdicts (E1)."""
-    from engine.experiments import REGISTRY, verdicts
+    from engine.experiments import NAMES, verdicts
+
+    if experiment not in NAMES:  # E1: no verdicts, and no reason to import the experiments (torch)
+        return None, []
+    if experiment != "e5" and has_heldout(rows):  # each claim also says its outcome in words, for the cards
+        return "verdicts", [dict(c, outcome=verdicts.outcome(c["holds"])) for c in verdicts.claims(experiment, rows)]
+    from engine.experiments import REGISTRY  # the experiment modules (and torch): only where their claims are read
 
     if experiment == "e5":  # beyond the paper: its own rules ("E5 predictions"), each claim with its outcome
         module = REGISTRY["e5"]
         return "e5", module.claims(module.summarize(rows, preset_name))
-    if has_heldout(rows):  # each claim also says its outcome in words, for the cards (rule_cards)
-        return "verdicts", [dict(c, outcome=verdicts.outcome(c["holds"])) for c in verdicts.claims(experiment, rows)]
-    if experiment not in REGISTRY:
-        return None, []
     module = REGISTRY[experiment]
     trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
     return "module", module.claims(module.summarize(rows, preset_name), trained)
