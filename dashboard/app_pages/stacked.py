@@ -23,8 +23,11 @@ if table is None:
     st.stop()
 st.caption(ui.scale_note(table))
 
-# all difficulties pooled by default: the view the engine's summary and claims read
-rows, task, difficulty = views.task_and_difficulty(table.rows, default="all difficulties mean")
+# by default the level the claims read: the held-out mean (the verdict rules) where the table has held-out items,
+# else all difficulties pooled (the first study's e4.summarize)
+held_out = "split" in table.rows and bool((table.rows["split"] == "heldout").any())
+default = data.HELD_OUT[0] if held_out else "all difficulties mean"
+rows, task, difficulty = views.task_and_difficulty(table.rows, default=default)
 left, middle, right = st.columns([2, 2, 2])
 with left:
     axis = ui.one_of("x axis", list(e4.AXES), "axis", help="; ".join(f"{k}: {v}" for k, v in e4.AXES.items()))
