@@ -266,7 +266,7 @@ def test_stacked_deep_link_widget_change_and_csv(server, browser, shots):
     figures(page, 3)
     assert query(page)["axis"] == ["ratio"]
     path, name = download(page, "CSV")
-    assert name == "e4-smoke-parity-accuracy-ratio-none-all_difficulties_mean.csv"
+    assert name == "e4-smoke-parity-accuracy-ratio-none-held-out_mean.csv"  # held-out items: the verdicts' level
     assert "overshoot_ratio" in path.read_text().splitlines()[0]
     keep(page, shots, "stacked")
     page.close()
