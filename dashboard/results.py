@@ -210,6 +210,21 @@ SAME_RULE = {("e2", "d"), ("e3", "a"), ("e3", "b")}  # claims the README judges 
 ANALYSES = {"paper": "The paper's analysis (Cliff's δ, Mann–Whitney, unpaired)",
             "paired": "Paired analysis (per-seed differences, Wilcoxon, Holm)",
             "both": "Both analyses (the README reads this claim the same way)"}  # fmt: skip
+OUTCOME_COLORS = {
+    "holds": "green",
+    "does NOT hold": "red",
+    "undecided": "gray",  # the README's rules
+    "agreement": "green",
+    "normalisation": "red",
+    "mixed": "orange",
+}  # E5's; other outcomes: blue
+
+
+def badge(outcome: str, prefix: str = "") -> str:
+    """A verdict's outcome as a coloured Streamlit badge (the overview's cards, the E5 page)."""
+    return f":{OUTCOME_COLORS.get(outcome, 'blue')}-badge[{prefix}{outcome}]"
+
+
 LEVELS = ("held-out mean", "hardest held-out")  # engine.experiments.verdicts.MEAN, HARDEST: the judged levels
 
 

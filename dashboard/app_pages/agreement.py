@@ -12,7 +12,6 @@ from engine.experiments import e5
 
 COMMAND = "loopscope run e5 --preset cpu --seeds 16 --workers 2"
 EFFECT_NAMES = {"run": "run-mode effect R", "train": "train-mode effect M", "agreement": "agreement effect G"}
-OUTCOME_COLORS = {"agreement": "green", "normalisation": "red", "mixed": "orange", "undecided": "gray"}
 
 st.title("Agreement tested directly (E5, beyond the paper)")
 st.markdown(
@@ -42,17 +41,12 @@ s = summary[(summary["task"] == task) & (summary["level"] == level)]
 T = int(s["trained_loops"].iloc[0]) if len(s) else 0
 own = s.loc[s["part"] == "range", ["params", "train_steps"]].drop_duplicates()
 at_scale = s.merge(own, on=["params", "train_steps"]) if len(own) == 1 else s  # parts 1, 2, 4: E2's model size
-held = "" if (table.rows["split"] == "heldout").any() else " (no held-out items at this preset: in-range items)"
+held = "" if results.has_heldout(table.rows) else " (no held-out items at this preset: in-range items)"
 name = f"e5-{table.preset}-{task}-{level}".replace(" ", "_")
 
 verdicts = [c for c in results.claims("e5", table.preset)["claims"] if c["task"] == task and c["level"] == level]
 if verdicts:
-    st.markdown(
-        "  \n".join(
-            f"**{c['claim']}** :{OUTCOME_COLORS.get(c['outcome'], 'blue')}-badge[{c['outcome']}] {c['measured']}"
-            for c in verdicts
-        )
-    )
+    st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
 
 
 def series_stats(frame: pd.DataFrame, series: pd.Series) -> pd.DataFrame:

@@ -66,7 +66,6 @@ BEYOND = {  # E5 goes beyond the paper: the claim is the paper's thesis, varied 
         "page": PAGES / "agreement.py",
     },
 }
-E5_COLORS = {"agreement": "green", "normalisation": "red", "mixed": "orange", "undecided": "gray"}
 VERDICTS = {
     True: ("reproduced", "green", ":material/check_circle:"),
     False: ("not reproduced", "red", ":material/cancel:"),
@@ -74,7 +73,6 @@ VERDICTS = {
     "pending": ("no verdict yet", "blue", ":material/help:"),
 }
 SHORT = {"paper": "paper's", "paired": "paired"}  # the two analyses in a badge
-OUTCOME_COLORS = {"holds": "green", "does NOT hold": "red", "undecided": "gray"}  # other outcomes (vanishes...): blue
 STUDY_NOTES = {
     "cpu-1layer": "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
     "training (no held-out split), unpaired statistics, and a **parity-like control** for the chain (one ordered "
@@ -118,18 +116,11 @@ def beyond_section(experiment: str, preset: str | None) -> None:
             first = levels[0]
             st.markdown(f"**{spec['card']} · {claim} · {task}**  \n{first['text']}  \n**Predicted:** {first['paper']}")
             st.markdown(
-                "  \n".join(
-                    f"{c['level']}: :{E5_COLORS.get(c['outcome'], 'blue')}-badge[{c['outcome']}] {c['measured']}"
-                    for c in levels
-                )
+                "  \n".join(f"{c['level']}: {results.badge(c['outcome'])} {c['measured']}" for c in levels)
                 + f"  \n**Scale:** {found['scale']}"
             )
             query = {"task": task} | ({"preset": chosen} if len(tables) > 1 else {})
             st.page_link(spec["page"], label="Open the page", icon=":material/arrow_forward:", query_params=query)
-
-
-def badge(outcome: str, prefix: str = "") -> str:
-    return f":{OUTCOME_COLORS.get(outcome, 'blue')}-badge[{prefix}{outcome}]"
 
 
 def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str, link: dict) -> None:
@@ -137,7 +128,7 @@ def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str
     hardest held-out difficulty, with what was measured, and at how many held-out difficulties it holds."""
     mean = results.LEVELS[0]  # the verdict is stated at the held-out mean (headline) and the hardest (below)
     headline = " ".join(
-        badge(found["levels"][mean][0], f"{SHORT[analysis]}: ")
+        results.badge(found["levels"][mean][0], f"{SHORT[analysis]}: ")
         for analysis, found in c["analyses"].items()
         if mean in found["levels"]
     )
@@ -151,7 +142,7 @@ def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str
             for level in results.LEVELS:
                 if level in found["levels"]:
                     outcome, measured = found["levels"][level]
-                    lines.append(f"{level}: {badge(outcome)} {measured}")
+                    lines.append(f"{level}: {results.badge(outcome)} {measured}")
             if found["difficulties"]:
                 lines.append(f"holds at {found['difficulties']} held-out difficulties")
             st.markdown("  \n".join(lines))

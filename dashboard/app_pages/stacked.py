@@ -5,7 +5,7 @@ vs stacked: gap, Cliff's delta, p), with E4's modes and overshoot, cached in das
 
 import streamlit as st
 
-from dashboard import charts, data, ui, views
+from dashboard import charts, data, results, ui, views
 from engine import paper
 from engine.core.model import BOUNDARIES
 from engine.experiments import e4
@@ -25,8 +25,7 @@ st.caption(ui.scale_note(table))
 
 # by default the level the claims read: the held-out mean (the verdict rules) where the table has held-out items,
 # else all difficulties pooled (the first study's e4.summarize)
-held_out = "split" in table.rows and bool((table.rows["split"] == "heldout").any())
-default = data.HELD_OUT[0] if held_out else "all difficulties mean"
+default = data.HELD_OUT[0] if results.has_heldout(table.rows) else "all difficulties mean"
 rows, task, difficulty = views.task_and_difficulty(table.rows, default=default)
 left, middle, right = st.columns([2, 2, 2])
 with left:
