@@ -39,8 +39,7 @@ with right:
     )
 s = summary[(summary["task"] == task) & (summary["level"] == level)]
 T = int(s["trained_loops"].iloc[0]) if len(s) else 0
-own = s.loc[s["part"] == "range", ["params", "train_steps"]].drop_duplicates()
-at_scale = s.merge(own, on=["params", "train_steps"]) if len(own) == 1 else s  # parts 1, 2, 4: E2's model size
+at_scale = e5.own_scale(s)  # parts 1, 2, 4: E2's model size
 held = "" if results.has_heldout(table.rows) else " (no held-out items at this preset: in-range items)"
 name = f"e5-{table.preset}-{task}-{level}".replace(" ", "_")
 

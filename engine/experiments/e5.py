@@ -351,6 +351,13 @@ def part4_outcome(r: pd.Series | None) -> tuple[str, str]:
     return ("normalisation" if r["ci_high"] < 0.25 else "mixed"), measured
 
 
+def own_scale(s: pd.DataFrame) -> pd.DataFrame:
+    """The summary rows at the preset's own model, the one parts 1, 2 and 4 read (the `range` rows' params and
+    train_steps); all of s where those are not one scale."""
+    own = s.loc[s["part"] == "range", ["params", "train_steps"]].drop_duplicates()
+    return s.merge(own, on=["params", "train_steps"]) if len(own) == 1 else s
+
+
 def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dict]:
     """The README's E5 rules per task at levels (i) and (iii), on the preset's own scale (the models parts 1-2
     train); the ladder is reported, not judged."""
@@ -358,8 +365,7 @@ def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dic
     for (task, level), s in summary.groupby(["task", "level"], sort=True):
         T = int(s["trained_loops"].iloc[0])
         fixed = f"fixed:{T}"
-        own = s.loc[s["part"] == "range", ["params", "train_steps"]].drop_duplicates()
-        at_scale = s.merge(own, on=["params", "train_steps"]) if len(own) == 1 else s
+        at_scale = own_scale(s)
         eff = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == fixed)]
         found = [("train x run", "run as trained beats run the other way (the agreement effect G dominates)",
                   "agreement: G > 0 and |G| > |R|, |M| on both sides of T; normalisation: |R| dominates beyond T",
