@@ -1,10 +1,12 @@
 """Which result tables exist, and the verdicts the overview shows: cheap to import (no torch, no scipy, no Altair).
 
 The overview is the first page a reader sees, so it imports only this module (and Streamlit): the engine,
-which pulls in torch, scipy and pandas, is imported only when a table's verdicts must be computed. Those are
-kept on disk (cache_dir(), JSON), keyed on the table file's size and mtime and on a digest of the engine code
-that computes them, so a new server process shows unchanged results without recomputing them, and a changed
-table or verdict rule is never served stale.
+which pulls in torch, scipy and pandas, is imported only when a table's verdicts must be computed. Computed
+verdicts are found, in this order: in the results folder's `verdicts.json` (SHIPPED: written by `python -m
+dashboard.results ROOT --ship` when results are shipped, each table's entry keyed on the table's SHA-256 and a
+digest of the code that computes verdicts); in cache_dir() (JSON, keyed on the table file's size and mtime and
+the same code digest), so a new server process shows unchanged results without recomputing them; else
+computed. A changed table or verdict rule is never served stale: its key no longer matches.
 """
 
 from __future__ import annotations
@@ -137,9 +139,51 @@ def _claims(path: str, experiment: str, preset_name: str, state: tuple, code: st
     return _disk_claims(path, experiment, preset_name, state, code)
 
 
+SHIPPED = "verdicts.json"  # beside the tables: their verdicts as computed when the results were shipped
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _shipped(path: Path, code: str) -> dict | None:
+    """The table's verdicts from the folder's SHIPPED file, if its entry is for these bytes and this code."""
+    try:
+        entry = json.loads((path.parent / SHIPPED).read_text())["tables"][path.name]
+        if entry["code"] == code and entry["sha256"] == _sha256(path):
+            return entry["found"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def ship(root: Path) -> Path:
+    """Compute every table's verdicts under root afresh and write them to root/SHIPPED (atomically), so a
+    server on a fresh copy of the folder draws the overview without computing them; run when results ship."""
+    root, code, tables = Path(root), _verdict_code(), {}
+    for experiment, names in catalog(root).items():
+        for preset_name in names:
+            path = root / f"{experiment}-{preset_name}.parquet"
+            found = _compute_claims(path, experiment, preset_name)
+            if found["problems"]:
+                raise ValueError(f"{path.name}: {' '.join(found['problems'])}")
+            tables[path.name] = {"sha256": _sha256(path), "code": code, "found": found}
+    out = root / SHIPPED
+    part = out.with_suffix(f".{os.getpid()}.part")
+    text = json.dumps(
+        {"tables": tables}, indent=1, sort_keys=True, default=lambda v: v.item() if hasattr(v, "item") else str(v)
+    )
+    part.write_text(text + "\n")
+    os.replace(part, out)
+    return out
+
+
 def _disk_claims(path: str, experiment: str, preset_name: str, state: tuple, code: str) -> dict:
-    """On disk (cache_dir) across processes, keyed on the table file's path, size and mtime and the verdict
-    code's digest; a folder that cannot be written only costs the recomputation."""
+    """The shipped verdicts (_shipped) if they are current; else on disk (cache_dir) across processes, keyed on
+    the table file's path, size and mtime and the verdict code's digest; a folder that cannot be written only
+    costs the recomputation."""
+    if (found := _shipped(Path(path), code)) is not None:
+        return found
     key = hashlib.sha256(json.dumps([path, experiment, preset_name, state, code]).encode()).hexdigest()[:24]
     cached = cache_dir() / f"claims-{key}.json"
     try:
@@ -257,7 +301,12 @@ def report_html(preset_name: str | None = None) -> bytes:
     return _report_html(str(root), preset_name, tables_state(root))
 
 
-if __name__ == "__main__":  # python -m dashboard.results [RESULTS]: fill the verdict cache (loopscope dashboard does)
-    import sys
+if __name__ == "__main__":  # python -m dashboard.results [RESULTS] [--ship]: fill the verdict cache (loopscope
+    import sys  # dashboard does), or with --ship write RESULTS/verdicts.json for shipping
 
-    warm(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+    args = [a for a in sys.argv[1:] if a != "--ship"]
+    where = Path(args[0]) if args else None
+    if "--ship" in sys.argv:
+        print(f"wrote {ship(where if where is not None else results_root())}")
+    else:
+        warm(where)

@@ -838,3 +838,48 @@ def test_the_first_page_imports_nothing_heavy_and_keeps_its_verdicts_on_disk(mon
     st.cache_data.clear()
     found_by.claims("e2", "smoke", copy)
     assert len(computed) == 2 + tables
+
+
+def test_shipped_verdicts_are_read_for_these_bytes_only(monkeypatch, heldout, tmp_path):
+    """`python -m dashboard.results ROOT --ship` writes ROOT/verdicts.json; a server on a fresh copy of the folder
+    (new mtimes, no verdict cache) reads it instead of computing, and ignores an entry whose table changed."""
+    import streamlit as st
+
+    from dashboard import results as found_by
+
+    copy = tmp_path / "copy"
+    shutil.copytree(heldout, copy)
+    shipped = found_by.ship(copy)
+    assert set(json.loads(shipped.read_text())["tables"]) == {p.name for p in copy.glob("e*-*.parquet")}
+    fresh = tmp_path / "fresh"
+    shutil.copytree(copy, fresh)  # a clone: new mtimes
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path / "empty-cache"))
+    computed = []
+    compute = found_by._compute_claims
+    monkeypatch.setattr(found_by, "_compute_claims", lambda *a: computed.append(a) or compute(*a))
+    st.cache_data.clear()
+    got = found_by.claims("e2", "smoke", fresh)
+    assert got["rules"] == "verdicts" and got["claims"] and computed == []
+    rows = pd.read_parquet(fresh / "e2-smoke.parquet")
+    rows.assign(value=1.0 - rows["value"]).to_parquet(fresh / "e2-smoke.parquet")  # other bytes: computed again
+    st.cache_data.clear()
+    changed = found_by.claims("e2", "smoke", fresh)
+    assert len(computed) == 1 and changed["claims"] != got["claims"]
+
+
+def test_the_shipped_results_carry_current_verdicts():
+    """cached_results/verdicts.json matches every shipped table and today's verdict code (else the first page
+    computes them: rerun `python -m dashboard.results cached_results --ship`), and says what a computation says."""
+    from dashboard import results as found_by
+
+    root = Path(__file__).resolve().parents[1] / "cached_results"
+    tables = json.loads((root / found_by.SHIPPED).read_text())["tables"]
+    assert set(tables) == {p.name for p in root.glob("e*-*.parquet")}
+    stale = [
+        n
+        for n, e in tables.items()
+        if e["code"] != found_by._verdict_code() or e["sha256"] != found_by._sha256(root / n)
+    ]
+    assert not stale, f"stale shipped verdicts for {stale}: run `python -m dashboard.results cached_results --ship`"
+    computed = found_by._compute_claims(root / "e4-cpu.parquet", "e4", "cpu")
+    assert tables["e4-cpu.parquet"]["found"] == json.loads(json.dumps(computed, default=lambda v: v.item()))

@@ -368,6 +368,7 @@ def paired_summary(
         out.append(group | stat | {"wilcoxon_p_holm": stat["wilcoxon_p"]})
     res = pd.DataFrame(out, columns=[*keys, *(c for c in PAIRED_COLUMNS if c not in keys)])
     family = [k for k in keys if k != loops_col] + ["side"]
-    for _, idx in res.groupby(family, dropna=False, sort=False).groups.items():
-        res.loc[idx, "wilcoxon_p_holm"] = holm(res.loc[idx, "wilcoxon_p"].to_numpy())
+    if len(res):
+        adjust = lambda p: pd.Series(holm(p.to_numpy()), index=p.index)  # noqa: E731
+        res["wilcoxon_p_holm"] = res.groupby(family, dropna=False, sort=False)["wilcoxon_p"].transform(adjust)
     return res

@@ -297,8 +297,9 @@ def bench_pages(root: Path, pages=PAGES) -> dict[str, dict]:
     """Seconds per dashboard page on the results in `root`, each page in a fresh Python process as a new server's
     first session would be (AppTest): cold = the first render (imports, reading and summarising the tables), warm
     = the next (Streamlit's caches); the heavy modules the page imported. The overview runs first, with an empty
-    verdict cache (dashboard.results.cache_dir), and once more at the end, in a fresh process with the verdicts
-    already on disk (`cold_cached_s`): what a restarted server shows."""
+    verdict cache (dashboard.results.cache_dir; a current verdicts.json in root is still read), and once more at
+    the end, in a fresh process with the verdicts already on disk (`cold_cached_s`): what a restarted server
+    shows."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, LOOPSCOPE_RESULTS=str(root), LOOPSCOPE_CACHE=cache)
         out = {page: _page_timing(page, env) for page in pages}
