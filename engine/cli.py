@@ -134,10 +134,22 @@ def cmd_eval(args) -> int:
 
     loops = parse_loops(args.loops)
     keys = list(dict.fromkeys(args.run_keys))  # a key given twice is evaluated once
-    check_runs(results_dir(args), keys)
+    cfg = check_runs(results_dir(args), keys)
+    if args.boundary == "rescale" and (cfg.model.boundary != "norm" or cfg.model.arch != "looped"):
+        raise UsageError(
+            f"the rescale surgery replaces the boundary norm of a norm-trained looped model, and {keys[0]} is a "
+            f"{cfg.model.boundary}-trained {cfg.model.arch} run; pick a norm-trained looped run (loopscope list)."
+        )
     device = device_of(args)
     store = open_store(args)
-    rows = extend_eval(store, keys, loops, boundary=args.boundary, device=device)
+    if args.boundary == "rescale":  # E5's surgery: the run's stored per-step scalars, measured first if missing
+        from engine.experiments.e5 import ensure_rescale
+
+        ensure_rescale(store, keys, max(loops), device)
+        rows = pd.concat([store.load_rows(k) for k in keys])
+        rows = rows[(rows["boundary"] == "norm->rescale") & rows["eval_loops"].isin(loops)]
+    else:
+        rows = extend_eval(store, keys, loops, boundary=args.boundary, device=device)
     print(accuracy_table(rows))
     return 0
 
@@ -318,7 +330,10 @@ def cmd_dashboard(args) -> int:
     env = dict(os.environ, LOOPSCOPE_RESULTS=str(results_dir(args).resolve()))
     # the overview's verdicts, computed beside the server's start-up: a first visit finds them on disk
     warm = [sys.executable, "-m", "dashboard.results", env["LOOPSCOPE_RESULTS"]]
-    subprocess.Popen(warm, env=env, cwd=app.parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if hasattr(os, "nice"):  # behind the server's own start-up and first session, not beside them
+        quiet["preexec_fn"] = lambda: os.nice(10)
+    subprocess.Popen(warm, env=env, cwd=app.parents[1], **quiet)
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port)]
     return subprocess.call(command, env=env)
 
@@ -359,7 +374,11 @@ def build_parser() -> Parser:
     p.add_argument(
         "--loops", default="1-12", help=f"loop counts, e.g. 1-24 (one forward of the largest; {MAX_LOOPS} at most)"
     )
-    p.add_argument("--boundary", choices=["norm", "none"], help="run in this mode (default: the trained one)")
+    p.add_argument(
+        "--boundary",
+        choices=["norm", "none", "rescale"],
+        help="run in this mode (default: the trained one); rescale: E5's surgery on a norm-trained run, n = 1..max",
+    )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_eval)
 
@@ -378,7 +397,9 @@ def build_parser() -> Parser:
     for name, verb in (("push", "upload results to"), ("pull", "download results from")):
         p = sub.add_parser(name, parents=[common], help=f"{verb} a Hugging Face dataset repo")
         p.add_argument("--repo", required=True, metavar="ORG/NAME", help="the dataset repo")
-        p.add_argument("--checkpoints", action="store_true", help="include the weights (*.safetensors)")
+        p.add_argument(
+            "--checkpoints", action="store_true", help="include the weights (model.safetensors, refit.safetensors)"
+        )
         if name == "push":
             p.add_argument("--private", action="store_true", help="create the repo private")
         p.set_defaults(func=cmd_push if name == "push" else cmd_pull)

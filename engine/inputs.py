@@ -63,9 +63,9 @@ def parse_loops(text: str) -> list[int]:
     return loops
 
 
-def check_runs(root: Path, keys: list[str]) -> None:
+def check_runs(root: Path, keys: list[str]) -> RunConfig:
     """Every key names a verified run inside root (keys become paths), and the runs share one config:
-    they load as one ensemble."""
+    they load as one ensemble. Returns that config."""
     from engine.core.store import Store, check_run_key
 
     store, configs = Store(root), {}
@@ -92,6 +92,7 @@ def check_runs(root: Path, keys: list[str]) -> None:
                 f"runs {first} and {key} have different configs, so they cannot be evaluated together; "
                 "evaluate them in separate 'loopscope eval' calls."
             )
+    return configs[first]
 
 
 def check_repo(repo: str) -> None:

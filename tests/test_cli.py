@@ -28,6 +28,12 @@ def test_train_list_eval_check(tmp_path, capsys):
     assert code == 0 and {r["run_key"] for r in listed} == set(keys) and {r["status"] for r in listed} == {"ok"}
     code, out, _ = run(capsys, "eval", keys[0], "--loops", "1-24", "--boundary", "none", "--results", res)
     assert code == 0 and "norm->none" in out and "24" in out
+    code, out, _ = run(capsys, "eval", keys[0], "--loops", "1-6", "--boundary", "rescale", "--results", res)
+    assert code == 0 and "norm->rescale" in out and "6" in out
+    code, out, _ = run(capsys, "train", "--preset", "smoke", "--boundary", "none", "--seeds", "1", "--results", res)
+    none_key = out.strip().splitlines()[-1].split()[1]
+    code, _, err = run(capsys, "eval", none_key, "--boundary", "rescale", "--results", res)
+    assert code == 2 and "pick a norm-trained looped run" in err and "Traceback" not in err
     code, out, _ = run(capsys, "check", "--json")
     assert code == 0 and all(c["passed"] for c in json.loads(out))
 

@@ -295,6 +295,32 @@ def test_push_then_pull_gives_a_results_folder_the_dashboard_reads(small_results
     assert Store(pulled).load_weights(key).keys() == Store(small_results).load_weights(key).keys()
 
 
+def test_push_leaves_weights_home_unless_asked_but_measurements_travel(tmp_path):
+    """A run's and a refit's weights go only with --checkpoints; what is measured beside them (E5's rescale
+    scalars, scales-<sha>.safetensors) always goes: without it a pulled copy could not rerun the surgery."""
+    from engine.runtime import share
+
+    sha = "0123456789ab"
+    kept = [f"runs/k/scales-{sha}.safetensors", f"runs/k/rows-{sha}.parquet", "e2-cpu.parquet", "verdicts.json"]
+    names = [
+        *kept,
+        f"runs/k/model-{sha}.safetensors",
+        "runs/old/model.safetensors",
+        f"refits/r/refit-{sha}.safetensors",
+    ]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    without = {p.as_posix() for p in share.files_to_push(tmp_path, checkpoints=False)}
+    assert without == {
+        f"runs/k/scales-{sha}.safetensors",
+        f"runs/k/rows-{sha}.parquet",
+        "e2-cpu.parquet",
+        "verdicts.json",
+    }
+    assert {p.as_posix() for p in share.files_to_push(tmp_path, checkpoints=True)} == set(names)
+
+
 @pytest.mark.parametrize("command", ["push", "pull"])
 def test_offline_push_and_pull_end_in_one_sentence(small_results, tmp_path, monkeypatch, capsys, command):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the real client, no traffic

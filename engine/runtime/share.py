@@ -1,7 +1,8 @@
 """Results to and from a Hugging Face dataset repo: `loopscope push` and `loopscope pull`.
 
 What travels: the experiment tables and E1's manifests at the top of the results folder, and each run's
-(and E3 refit's) rows.parquet and manifest.json; with --checkpoints also their weights (*.safetensors).
+(and E3 refit's) rows.parquet, manifest.json and any measurement stored beside them (E5's rescale scalars,
+scales.safetensors); with --checkpoints also their weights (WEIGHTS: a run's model, a refit's state).
 Never jobs/ (this machine's job files and training checkpoints). A run pushed without its weights goes
 with a manifest that says so (the weights' checksum moves from `files` to `files_not_included`), so the
 pulled copy verifies and the dashboard reads it like any results folder (LOOPSCOPE_RESULTS).
@@ -11,13 +12,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from engine.core.store import MANIFEST, sha256
 
-WEIGHTS = "*.safetensors"
+WEIGHTS = ("model", "refit")  # the roles engine.core.store.MODEL and engine.experiments.e3.STATE, stored as
+# `<role>-<sha12>.safetensors` (engine.core.store.stored_name), or `<role>.safetensors` in older runs
+
+
+def is_weights(name: str | Path) -> bool:
+    return any(re.fullmatch(rf"{role}(-[0-9a-f]{{12}})?\.safetensors", Path(name).name) for role in WEIGHTS)
+
+
 RUN_FOLDERS = ("runs", "refits")
 
 
@@ -40,14 +49,14 @@ def files_to_push(root: Path, checkpoints: bool) -> list[Path]:
         p for p in root.glob("*") if p.is_file() and p.suffix in (".parquet", ".json") and not p.name.startswith(".")
     ]
     runs = [p for folder in RUN_FOLDERS for p in (root / folder).glob("*/*") if p.is_file()]
-    keep = [p for p in top + runs if not p.name.startswith(".") and (checkpoints or not p.match(WEIGHTS))]
+    keep = [p for p in top + runs if not p.name.startswith(".") and (checkpoints or not is_weights(p))]
     return sorted(p.relative_to(root) for p in keep)
 
 
 def _without_weights(manifest: bytes) -> bytes:
     m = json.loads(manifest)
     files = m.get("files", {})
-    dropped = {name: files.pop(name) for name in list(files) if Path(name).match(WEIGHTS)}
+    dropped = {name: files.pop(name) for name in list(files) if is_weights(name)}
     m["files_not_included"] = dropped
     return json.dumps(m, indent=2, sort_keys=True).encode()
 
@@ -106,7 +115,7 @@ def pull(root: Path, repo: str, checkpoints: bool = False) -> Path:
     have = [
         f"{p.parent.name}/{p.name}/*" for f in RUN_FOLDERS for p in (root / f).glob("*") if complete(p, checkpoints)
     ]
-    ignore = [*have, "jobs/*", *([] if checkpoints else [WEIGHTS])]
+    ignore = [*have, "jobs/*", *([] if checkpoints else [f"*/{role}*.safetensors" for role in WEIGHTS])]
     try:
         path = snapshot_download(repo_id=repo, repo_type="dataset", local_dir=str(root), ignore_patterns=ignore)
     except Exception as e:
