@@ -183,7 +183,7 @@ def test_demo_trains_saves_loads_back_and_probes_with_its_readout_recorded(tmp_p
     assert training["probe"]["readout"] == "final" and training["parameters"] == manifest["model"]["parameters"]
     rows = pd.read_parquet(tmp_path / "e1-demo.parquet")
     assert set(rows["eval_loops"]) == set(range(1, 9)) and set(rows["boundary"]) == {"norm", "norm->none"}
-    assert set(zip(rows["task"], rows["difficulty"], strict=True)) == {("chain", 8), ("parity", 12)}
+    assert set(zip(rows["task"], rows["difficulty"], strict=True)) == set(demo.PROBE["difficulty"].items())
     assert {"norm_ratio", "top_token_share"} <= set(rows["metric"])
     assert demo.main(["--results", str(tmp_path), "--probe-only", "--prompts", "4"]) == 0  # served from the cache
 
