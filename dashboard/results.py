@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,9 @@ from pathlib import Path
 import streamlit as st
 
 from engine import paper
+
+if not st.runtime.exists():  # a command (loopscope report, --ship), not a server: the in-memory cache is expected
+    logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
 
 TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
 SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
