@@ -152,9 +152,14 @@ def keep(page, shots: Path, name: str) -> None:
 
 
 def url_has(page, *parts: str) -> None:
-    """Wait until the address bar's query has every part (Streamlit rewrites it in place, after the rerun)."""
+    """Wait until the address bar's query has every part (the rerun writes it while it runs), then until that rerun
+    has ended: no element is left stale from the run before (a download button could still carry its old file)."""
     page.wait_for_function(
         "parts => parts.every(p => decodeURIComponent(location.search.replace(/\\+/g, ' ')).includes(p))", arg=parts
+    )
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=stStatusWidget]') && "
+        "!document.querySelector('[data-testid=stElementContainer][data-stale=true]')"
     )
 
 
