@@ -173,13 +173,15 @@ def ship(root: Path) -> Path:
                 raise ValueError(f"{path.name}: {' '.join(found['problems'])}")
             tables[path.name] = {"sha256": _sha256(path), "code": code, "found": found}
     out = root / SHIPPED
-    part = out.with_suffix(f".{os.getpid()}.part")
-    text = json.dumps(
-        {"tables": tables}, indent=1, sort_keys=True, default=lambda v: v.item() if hasattr(v, "item") else str(v)
-    )
-    part.write_text(text + "\n")
-    os.replace(part, out)
+    _write_json(out, {"tables": tables}, indent=1, sort_keys=True)
     return out
+
+
+def _write_json(path: Path, value, **how) -> None:
+    """Verdicts as JSON (numpy scalars as Python's), atomically: a reader sees the old file or the new one."""
+    part = path.with_suffix(f".{os.getpid()}.part")
+    part.write_text(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v), **how) + "\n")
+    os.replace(part, path)
 
 
 def _disk_claims(path: str, experiment: str, preset_name: str, state: tuple, code: str) -> dict:
@@ -198,9 +200,7 @@ def _disk_claims(path: str, experiment: str, preset_name: str, state: tuple, cod
     if not found["problems"]:  # a damaged table is read again next time, not remembered
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
-            part = cached.with_suffix(f".{os.getpid()}.part")
-            part.write_text(json.dumps(found, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
-            os.replace(part, cached)
+            _write_json(cached, found)
         except OSError:
             pass
     return found

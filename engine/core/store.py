@@ -76,11 +76,15 @@ def stored_name(role: str, data: bytes) -> str:
     return f"{stem}-{sha256(data)[:12]}.{suffix}"
 
 
+def stored_as(name: str, role: str) -> bool:
+    """Whether a file name is a role's stored name (stored_name's, or the role itself in older runs)."""
+    stem, suffix = role.split(".", 1)
+    return re.fullmatch(rf"{re.escape(stem)}(-[0-9a-f]{{12}})?\.{re.escape(suffix)}", name) is not None
+
+
 def file_of(files: dict[str, str], role: str) -> str | None:
     """The stored name of a role in a manifest's files (`model.safetensors` itself in older runs)."""
-    stem, suffix = role.split(".", 1)
-    pattern = re.compile(rf"{re.escape(stem)}(-[0-9a-f]{{12}})?\.{re.escape(suffix)}")
-    names = [n for n in files if pattern.fullmatch(n)]
+    names = [n for n in files if stored_as(n, role)]
     return names[0] if len(names) == 1 else None
 
 

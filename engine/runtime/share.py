@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from engine.core.store import MANIFEST, sha256
+from engine.core.store import MANIFEST, MODEL, sha256, stored_as
 
-WEIGHTS = ("model", "refit")  # the roles engine.core.store.MODEL and engine.experiments.e3.STATE, stored as
-# `<role>-<sha12>.safetensors` (engine.core.store.stored_name), or `<role>.safetensors` in older runs
+WEIGHTS = (MODEL, "refit.safetensors")  # the roles of a run's and a refit's weights (engine.experiments.e3.STATE)
 
 
 def is_weights(name: str | Path) -> bool:
-    return any(re.fullmatch(rf"{role}(-[0-9a-f]{{12}})?\.safetensors", Path(name).name) for role in WEIGHTS)
+    return any(stored_as(Path(name).name, role) for role in WEIGHTS)
 
 
 RUN_FOLDERS = ("runs", "refits")
@@ -115,7 +113,7 @@ def pull(root: Path, repo: str, checkpoints: bool = False) -> Path:
     have = [
         f"{p.parent.name}/{p.name}/*" for f in RUN_FOLDERS for p in (root / f).glob("*") if complete(p, checkpoints)
     ]
-    ignore = [*have, "jobs/*", *([] if checkpoints else [f"*/{role}*.safetensors" for role in WEIGHTS])]
+    ignore = [*have, "jobs/*", *([] if checkpoints else [f"*/{role.split('.')[0]}*.safetensors" for role in WEIGHTS])]
     try:
         path = snapshot_download(repo_id=repo, repo_type="dataset", local_dir=str(root), ignore_patterns=ignore)
     except Exception as e:
