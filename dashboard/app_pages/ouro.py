@@ -71,9 +71,12 @@ if "demo" in table.preset:
         else ""
     )
     asked = (training.get("probe") or {}).get("difficulty") or {}
+    unit = {"chain": "hops", "lookup": "hops", "parity": "bits"}
     where = (
-        f" It is probed where one loop step is not enough: chain {asked['chain']} hops, parity {asked['parity']} bits."
-        if {"chain", "parity"} <= set(asked)
+        " It is probed where one loop step is not enough: "
+        + ", ".join(f"{task} {value} {unit.get(task, '')}".rstrip() for task, value in asked.items())
+        + "."
+        if asked
         else ""
     )
     st.info(
