@@ -407,9 +407,9 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("ouro", parents=[common], help="E1: probe released Ouro weights with and without the norm")
     p.add_argument("--model", default="ByteDance/Ouro-1.4B", help="a Hugging Face id or a local checkpoint folder")
-    p.add_argument("--task", default="chain,parity", help="comma-separated probe tasks (chain, parity, lookup)")
+    p.add_argument("--task", default="chain,parity", help="comma-separated probe tasks (chain, parity)")
     p.add_argument("--loops", default="1-8", help="loop counts, e.g. 1-8 (one forward of the largest)")
-    p.add_argument("--difficulty", default=None, help="per task, e.g. chain=8,parity=12 (defaults 3, 6, 3)")
+    p.add_argument("--difficulty", default=None, help="per task, e.g. chain=8,parity=12 (default chain=3,parity=6)")
     p.add_argument("--prompts", type=int, default=500, help="prompts per task (even: labels exactly balanced)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="auto: bf16 on GPU")

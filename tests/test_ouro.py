@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution, released_exit_steps
-from engine.ouro.probe import COLUMNS, LOOKUP_TAIL, VARIABLES, ProbePrompt, make_prompts, probe
+from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, make_prompts, probe
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 RELEASED_KEY = re.compile(
@@ -237,9 +237,9 @@ def _chain_value(prompt: str) -> int:
     return value(target)
 
 
-@pytest.mark.parametrize("task", ["chain", "parity", "lookup"])
+@pytest.mark.parametrize("task", ["chain", "parity"])
 def test_prompts_balanced_correct_deterministic(task):
-    difficulty = 8 if task == "parity" else 4  # 4 hops / 8 bits
+    difficulty = 4 if task == "chain" else 8  # 4 hops / 8 bits
     prompts = make_prompts(task, 40, seed=3, difficulty=difficulty)
     assert prompts == make_prompts(task, 40, seed=3, difficulty=difficulty)
     assert prompts != make_prompts(task, 40, seed=4, difficulty=difficulty)
@@ -250,30 +250,11 @@ def test_prompts_balanced_correct_deterministic(task):
         if task == "chain":
             assert _chain_value(p.prompt) == label and p.prompt.count(" = ") == 5
             assert p.options == (" 0", " 1")
-        elif task == "lookup":
-            lines = p.prompt.split("\n")[:-1]
-            asked = re.search(r"What is (\w)\?", p.prompt).group(1)
-            names = [line.split(" = ")[0] for line in lines]
-            assert _chain_value(p.prompt) == label and p.options == (" 0", " 1")
-            assert names.index(asked) == 4 and 1 <= len(names) - 5 <= LOOKUP_TAIL  # 4 hops, then a tail
-            assert all(line.endswith(prev) for line, prev in zip(lines[1:], names, strict=False))  # in order
         else:
             bits = re.search(r"Bits: ([01 ]+)\.", p.prompt).group(1).split()
             assert len(bits) == 8 and bits.count("1") % 2 == label and p.options == (" even", " odd")
     with pytest.raises(ValueError):
         make_prompts(task, 7, seed=0)
-
-
-def test_lookup_defeats_the_chains_one_step_shortcut():
-    """On `chain` the root bit XOR the parity of all `not`s is the answer; on `lookup` it is a coin flip."""
-
-    def shortcut(prompt: str) -> int:
-        return (int(re.search(r"= ([01])\n", prompt).group(1)) + prompt.count("not ")) % 2
-
-    chain, lookup = (make_prompts(t, 1000, seed=5, difficulty=6) for t in ("chain", "lookup"))
-    assert all(shortcut(p.prompt) == p.options.index(p.answer) for p in chain)
-    hits = sum(shortcut(p.prompt) == p.options.index(p.answer) for p in lookup)
-    assert 448 <= hits <= 552  # chance's 99.9% band for 1,000 coin flips (the prompts are seeded: no flakiness)
 
 
 def test_probe_dataframe(loaded):

@@ -71,7 +71,7 @@ if "demo" in table.preset:
         else ""
     )
     asked = (training.get("probe") or {}).get("difficulty") or {}
-    unit = {"chain": "hops", "lookup": "hops", "parity": "bits"}
+    unit = {"chain": "hops", "parity": "bits"}
     where = (
         " It is probed where one loop step is not enough: "
         + ", ".join(f"{task} {value} {unit.get(task, '')}".rstrip() for task, value in asked.items())

@@ -192,7 +192,7 @@ def validate(args) -> list[str]:
 
 def parse_difficulty(text: str | dict | None) -> dict[str, int]:
     """`--difficulty chain=8,parity=12` -> {"chain": 8, "parity": 12}; a task not named keeps the probe's default
-    (chain 3 hops, parity 6 bits, lookup 3 hops)."""
+    (chain 3 hops, parity 6 bits)."""
     if not text or isinstance(text, dict):
         return dict(text or {})
     out = {}

@@ -4,11 +4,6 @@ Tasks (labels exactly balanced, prompts deterministic from the seed):
 
     chain   "x = 1\\ny = not x\\nz = y\\nWhat is z? Answer 0 or 1. Answer:"  -> " 0" | " 1"
             difficulty = k hops after the first assignment; statements shuffled.
-    lookup  the same statements in order, 1..LOOKUP_TAIL more after the queried one, e.g.
-            "x = 1\ny = not x\nz = y\nw = not z\nWhat is y? Answer 0 or 1. Answer:"  -> " 0" | " 1"
-            difficulty = k hops to the queried variable. The answer is the root bit XOR the parity of the
-            `not`s up to the queried statement: the statement must be found by its name, and the `not`s after
-            it make the parity of all `not`s (the chain's one-step shortcut) carry no signal.
     parity  "Bits: 1 0 1 1. Is the number of 1s even or odd? Answer:"    -> " even" | " odd"
             difficulty = number of bits.
 
@@ -30,9 +25,8 @@ import torch
 
 from engine.ouro.modeling import released_exit_steps
 
-TASKS = ("chain", "parity", "lookup")
-DEFAULT_DIFFICULTY = {"chain": 3, "parity": 6, "lookup": 3}
-LOOKUP_TAIL = 4  # a lookup prompt has 1..LOOKUP_TAIL statements after the queried one, drawn per prompt
+TASKS = ("chain", "parity")
+DEFAULT_DIFFICULTY = {"chain": 3, "parity": 6}
 VARIABLES = "abcdefghjkmnpqrstuvwxyz"  # no i, l, o (look like digits)
 CHAIN_OPTIONS = (" 0", " 1")
 PARITY_OPTIONS = (" even", " odd")
@@ -61,17 +55,6 @@ def _chain_prompt(rng: random.Random, hops: int, label: int) -> ProbePrompt:
     return ProbePrompt(text, CHAIN_OPTIONS[label], CHAIN_OPTIONS)
 
 
-def _lookup_prompt(rng: random.Random, hops: int, label: int) -> ProbePrompt:
-    tail = rng.randint(1, LOOKUP_TAIL)
-    names = rng.sample(VARIABLES, hops + tail + 1)
-    negations = [rng.random() < 0.5 for _ in range(hops + tail)]
-    start = label ^ (sum(negations[:hops]) % 2)
-    lines = [f"{names[0]} = {start}"]
-    lines += [f"{names[i]} = {'not ' if neg else ''}{names[i - 1]}" for i, neg in enumerate(negations, start=1)]
-    text = "\n".join(lines) + f"\nWhat is {names[hops]}? Answer 0 or 1. Answer:"
-    return ProbePrompt(text, CHAIN_OPTIONS[label], CHAIN_OPTIONS)
-
-
 def _parity_prompt(rng: random.Random, n_bits: int, label: int) -> ProbePrompt:
     bits = [rng.randrange(2) for _ in range(n_bits)]
     if sum(bits) % 2 != label:  # label 0 = even, 1 = odd
@@ -89,14 +72,12 @@ def make_prompts(task: str, n: int, seed: int = 0, difficulty: int | None = None
     difficulty = DEFAULT_DIFFICULTY[task] if difficulty is None else int(difficulty)
     if task == "chain" and not 0 <= difficulty < len(VARIABLES):
         raise ValueError(f"chain difficulty (hops) must be in [0, {len(VARIABLES) - 1}]")
-    if task == "lookup" and not 0 <= difficulty < len(VARIABLES) - LOOKUP_TAIL:
-        raise ValueError(f"lookup difficulty (hops) must be in [0, {len(VARIABLES) - LOOKUP_TAIL - 1}]")
     if task == "parity" and difficulty < 1:
         raise ValueError("parity difficulty (bits) must be >= 1")
     rng = random.Random(f"{task}:{seed}:{difficulty}")
     labels = [0, 1] * (n // 2)
     rng.shuffle(labels)
-    make = {"chain": _chain_prompt, "parity": _parity_prompt, "lookup": _lookup_prompt}[task]
+    make = _chain_prompt if task == "chain" else _parity_prompt
     return [make(rng, difficulty, label) for label in labels]
 
 
