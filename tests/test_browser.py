@@ -133,12 +133,20 @@ def query(page) -> dict:
     return urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
 
 
-def download(page, label: str, nth: int = 0) -> Path:
-    """A figure's own export (not the chart toolbar's): the nth button called `label`."""
-    button = page.get_by_test_id("stDownloadButton").get_by_role("button", name=label, exact=True).nth(nth)
-    with page.expect_download() as done:
-        button.click()
-    return Path(done.value.path()), done.value.suggested_filename
+def download(page, label: str, nth: int = 0, waiting_for: str | None = None) -> tuple[Path, str]:
+    """A figure's own export (not the chart toolbar's): the nth button called `label`. With `waiting_for`, a file
+    name the widget change just made should produce: while the button still serves another one (a rerun on a busy
+    machine can leave the old button in place for a moment after the URL changed), click again, for up to 60 s;
+    the caller asserts on what it got."""
+    deadline = time.monotonic() + 60
+    while True:
+        button = page.get_by_test_id("stDownloadButton").get_by_role("button", name=label, exact=True).nth(nth)
+        with page.expect_download() as done:
+            button.click()
+        name = done.value.suggested_filename
+        if waiting_for is None or name == waiting_for or time.monotonic() > deadline:
+            return Path(done.value.path()), name
+        page.wait_for_timeout(500)
 
 
 def keep(page, shots: Path, name: str) -> None:
@@ -257,7 +265,7 @@ def test_refit_deep_link_widget_change_and_png(server, browser, shots):
     url_has(page, "n=6")
     figures(page, 1)
     page.get_by_text("n = 6").first.wait_for()
-    path, name = download(page, "PNG")
+    path, name = download(page, "PNG", waiting_for="e3-smoke-parity-accuracy-n6-in-range_mean.png")
     assert name == "e3-smoke-parity-accuracy-n6-in-range_mean.png" and path.read_bytes().startswith(b"\x89PNG")
     keep(page, shots, "refit")
     page.close()
@@ -270,7 +278,7 @@ def test_stacked_deep_link_widget_change_and_csv(server, browser, shots):
     url_has(page, "mode=none")
     figures(page, 3)
     assert query(page)["axis"] == ["ratio"]
-    path, name = download(page, "CSV")
+    path, name = download(page, "CSV", waiting_for="e4-smoke-parity-accuracy-ratio-none-held-out_mean.csv")
     assert name == "e4-smoke-parity-accuracy-ratio-none-held-out_mean.csv"  # held-out items: the verdicts' level
     assert "overshoot_ratio" in path.read_text().splitlines()[0]
     keep(page, shots, "stacked")
