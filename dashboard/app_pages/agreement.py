@@ -107,8 +107,11 @@ st.caption(
 
 st.header("3 · Where the surgery bites")
 ladder = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
-if ladder.empty:
-    st.info(f"No ladder for {task} in this table (at `cpu` it covers parity only: e5.LADDER_TASKS).")
+scales = ladder[["params", "train_steps"]].drop_duplicates()
+if len(scales) < 2:  # E2's own model alone: no ladder was trained for this task
+    at = {int(r.eval_loops): f"{r.mean:+.3f}" for r in ladder.itertuples()}
+    own = f" E2's model alone loses {at.get(T, '–')} at T and {at.get(3 * T, '–')} at 3T." if at else ""
+    st.info(f"No ladder for {task} in this table (at `cpu` it covers parity only: e5.LADDER_TASKS).{own}")
 else:
     points = ladder.assign(
         series=[f"n = {n} ({'T' if n == T else '3T'})" for n in ladder["eval_loops"]],
