@@ -287,6 +287,13 @@ def test_runs_page_evaluates_a_run_at_more_loop_counts(monkeypatch, results, tmp
     table = pd.read_parquet(root / "e2-smoke.parquet")
     assert table.loc[table["run_key"] == key, "eval_loops"].max() == 12  # the figures read this table
     render(monkeypatch, root, "accuracy")
+    at = render(monkeypatch, root, "runs")  # the added rows' provenance is on the run's page
+    assert at.selectbox(key="run").value == key
+    trained = Store(root).manifest(key)["config"]["model"]["boundary"]  # more loop counts in the trained mode
+    assert [c.value for c in at.caption if c.value.startswith("rows added ")] == [
+        f"rows added {Store(root).manifest(key)['rows_added'][0]['created']}: `{trained}` (e2), commit "
+        f"`{Store(root).manifest(key)['git_commit']}`{' (dirty)' if Store(root).manifest(key)['git_dirty'] else ''}"
+    ]
 
 
 def test_read_only_hides_every_trigger(monkeypatch, results):

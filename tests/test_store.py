@@ -164,3 +164,18 @@ def test_eval_extends_a_cached_run_and_labels_the_surgery(store):
     acc = rows[(rows.metric == "accuracy") & (rows.eval_loops == 1)]
     pivot = acc.pivot_table(index="difficulty", columns="boundary", values="value")
     pd.testing.assert_series_equal(pivot["norm"], pivot["norm->none"], check_names=False)
+
+
+def test_rows_added_after_training_record_their_own_provenance(store):
+    (key,) = ensure_runs(CFG, [0], store, progress=False)
+    trained = store.manifest(key)
+    assert "rows_added" not in trained
+    extend_eval(store, [key], [1, 2], boundary="none", experiment="e5", progress=False)
+    manifest = store.manifest(key)
+    (added,) = manifest["rows_added"]
+    assert added["boundaries"] == ["norm->none"] and added["experiment"] == "e5"
+    assert added["git_commit"] == trained["git_commit"] and added["git_dirty"] == trained["git_dirty"]
+    assert {k: v for k, v in manifest.items() if k not in ("files", "rows_added")} == {
+        k: v for k, v in trained.items() if k != "files"
+    }  # the training's provenance is kept as it was
+    assert store.status(key) == "ok"

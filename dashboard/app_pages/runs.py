@@ -56,6 +56,12 @@ st.caption(
     f"commit `{manifest.get('git_commit', '?')}`{' (dirty)' if manifest.get('git_dirty') else ''}, "
     f"{manifest.get('device', '?')}, created {manifest.get('created', '?')}"
 )
+for added in manifest.get("rows_added", []):  # evaluations added after training, each from its own commit
+    st.caption(
+        f"rows added {added.get('created', '?')}: {', '.join(f'`{b}`' for b in added.get('boundaries', []))} "
+        f"({added.get('experiment') or '?'}), commit `{added.get('git_commit', '?')}`"
+        f"{' (dirty)' if added.get('git_dirty') else ''}"
+    )
 
 metric = ui.select("metric", ["accuracy", "choice_accuracy", "top_token_share"], "metric")
 curves_col, loss_col = st.columns(2)

@@ -125,8 +125,8 @@ def parquet_bytes(df: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def provenance(device: str) -> dict:
-    """Where and with what a result was produced."""
+def git_state() -> tuple[str, bool]:
+    """The repository's HEAD commit ("" if unknown) and whether tracked files differ from it."""
     try:
         commit = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
@@ -139,6 +139,12 @@ def provenance(device: str) -> dict:
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "", False
+    return commit, dirty
+
+
+def provenance(device: str) -> dict:
+    """Where and with what a result was produced."""
+    commit, dirty = git_state()
     import numpy
     import safetensors
 
@@ -290,8 +296,17 @@ class Store:
         self.commit(key, {**manifest, "run_key": key}, blobs)
 
     def add_rows(self, key: str, rows: pd.DataFrame) -> pd.DataFrame:
-        """Merge new rows into a run's table (a new value replaces the old one); returns the merged table."""
+        """Merge new rows into a run's table (a new value replaces the old one); returns the merged table. The
+        manifest keeps the training's provenance and lists each addition under `rows_added`: its boundary
+        labels, experiment, commit and time (folders extended before this was recorded have none)."""
         manifest = self.manifest(key)
+        commit, dirty = git_state()
+        manifest["rows_added"] = [*manifest.get("rows_added", []), {
+            "boundaries": sorted(map(str, rows["boundary"].unique())),
+            "experiment": ", ".join(sorted(map(str, rows["experiment"].unique()))) if "experiment" in rows else "",
+            "git_commit": commit or "unknown", "git_dirty": dirty,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }]  # fmt: skip
         merged = pd.concat([self.load_rows(key), rows[list(self.columns)]], ignore_index=True)  # older: no split
         row_key = [c for c in self.columns if c != "value"]
         merged = merged.drop_duplicates(row_key, keep="last").reset_index(drop=True)
