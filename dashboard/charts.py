@@ -393,13 +393,24 @@ def run_chart(rows: pd.DataFrame, T: int, y_title: str) -> alt.LayerChart:
     return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE)
 
 
-def caption(n_seeds: Sequence[int] | int, methods: Sequence[str], chance: float | None = CHANCE, what: str = "") -> str:
-    """The sentence under every figure: n (seeds), the CI method, and the chance level."""
-    n = n_seeds if isinstance(n_seeds, int) else len(set(n_seeds))
+def caption(
+    n_seeds: Sequence[int] | int,
+    methods: Sequence[str],
+    chance: float | None = CHANCE,
+    what: str = "",
+    per: str = "series",
+) -> str:
+    """The sentence under every figure: n (seeds; a (fewest, most) pair where points differ), the CI method, and
+    the chance level."""
+    if isinstance(n_seeds, tuple) and len(n_seeds) == 2 and n_seeds[0] != n_seeds[1]:
+        many = f"{n_seeds[0]}–{n_seeds[1]} seeds"
+    else:
+        n = n_seeds[0] if isinstance(n_seeds, tuple) else n_seeds if isinstance(n_seeds, int) else len(set(n_seeds))
+        many = f"{n} seed{'s' if n != 1 else ''}"
     counts = pd.Series(list(methods)).value_counts()
     used = ", ".join(f"{m} {c}" for m, c in counts.items()) or "none"
     text = (
-        f"{what}Mean over n = {n} seed{'s' if n != 1 else ''} per series; band: 95% bootstrap CI over seeds "
+        f"{what}Mean over n = {many} per {per}; band: 95% bootstrap CI over seeds "
         f"(scipy BCa, percentile fallback where BCa is undefined; 'degenerate' = all seeds equal, no band). "
         f"Intervals drawn: {used}."
     )

@@ -439,6 +439,9 @@ def test_caption_states_seeds_ci_method_and_chance():
     text = charts.caption([0, 1, 1], ["BCa", "BCa", "degenerate"])
     assert "n = 2 seeds" in text and "95% bootstrap CI" in text and "BCa 2, degenerate 1" in text
     assert "Chance level 0.5" in text
+    text = charts.caption((2, 16), ["BCa"], None, per="point")  # points over different seeds (E5's rescale)
+    assert "n = 2–16 seeds per point" in text and "Chance" not in text
+    assert "n = 4 seeds per series" in charts.caption((4, 4), ["BCa"])
 
 
 def test_loss_curve_steps_follow_the_manifest_stride():

@@ -145,8 +145,9 @@ else:
     )  # fmt: skip
     what = (
         f"{task}, {level}{held}: (A(norm→rescale) − A(norm→none)) / (A(norm) − A(norm→none)) per seed, over the "
-        f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP}; the boundary norm replaced by g · Block(h) / s_t, s_t the "
-        "model's mean state RMS at step t on training items (no parameter added). Diamonds: E3's refits at n = T "
-        "(in-range mean, the last refit step). "
+        f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP} at that n; the boundary norm replaced by g · Block(h) / s_t, "
+        "s_t the model's mean state RMS at step t on training items (no parameter added). Diamonds: E3's refits at "
+        "n = T (in-range mean, the last refit step). "
     )
-    ui.figure(chart, rescale, f"{name}-rescale", charts.caption(int(stats["n"].min()), stats["ci_method"], None, what))
+    seeds = (int(stats["n"].min()), int(stats["n"].max()))  # the damaged seeds, which differ by n
+    ui.figure(chart, rescale, f"{name}-rescale", charts.caption(seeds, stats["ci_method"], None, what, per="point"))
