@@ -288,7 +288,14 @@ def test_stacked_deep_link_widget_change_and_csv(server, browser, shots):
 def test_ouro_deep_link_widget_change_and_csv(server, browser, shots):
     page = open_page(browser, f"{server}/ouro?metric=choice_accuracy", "Ouro (E1)")
     page.get_by_test_id("stVegaLiteChart").first.wait_for()
-    count = page.get_by_test_id("stVegaLiteChart").count()
+    page.wait_for_function(  # the run has ended with nothing stale: every figure it draws is on the page
+        "() => !document.querySelector('[data-testid=stStatusWidget]') && "
+        "!document.querySelector('[data-testid=stElementContainer][data-stale=true]')"
+    )
+    count = 0
+    while count != page.get_by_test_id("stVegaLiteChart").count():  # and the count holds for a second
+        count = page.get_by_test_id("stVegaLiteChart").count()  # (how many depends on the E1 tables present)
+        page.wait_for_timeout(1000)
     figures(page, count)
     metric = page.get_by_role("combobox", name="metric")
     if metric.count():  # a table (the demonstration) is there: its figures follow the metric
