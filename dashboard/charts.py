@@ -398,15 +398,13 @@ def caption(
     methods: Sequence[str],
     chance: float | None = CHANCE,
     what: str = "",
+    most: int | None = None,
     per: str = "series",
 ) -> str:
-    """The sentence under every figure: n (seeds; a (fewest, most) pair where points differ), the CI method, and
-    the chance level."""
-    if isinstance(n_seeds, tuple) and len(n_seeds) == 2 and n_seeds[0] != n_seeds[1]:
-        many = f"{n_seeds[0]}–{n_seeds[1]} seeds"
-    else:
-        n = n_seeds[0] if isinstance(n_seeds, tuple) else n_seeds if isinstance(n_seeds, int) else len(set(n_seeds))
-        many = f"{n} seed{'s' if n != 1 else ''}"
+    """The sentence under every figure: n (seeds; n_seeds the fewest and `most` the most where points differ), the
+    CI method, and the chance level."""
+    n = n_seeds if isinstance(n_seeds, int) else len(set(n_seeds))
+    many = f"{n}–{most} seeds" if most is not None and most != n else f"{n} seed{'s' if n != 1 else ''}"
     counts = pd.Series(list(methods)).value_counts()
     used = ", ".join(f"{m} {c}" for m, c in counts.items()) or "none"
     text = (

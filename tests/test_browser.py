@@ -165,6 +165,11 @@ def url_has(page, *parts: str) -> None:
     page.wait_for_function(
         "parts => parts.every(p => decodeURIComponent(location.search.replace(/\\+/g, ' ')).includes(p))", arg=parts
     )
+    run_ended(page)
+
+
+def run_ended(page) -> None:
+    """Wait until the page's script run has ended and no element is left stale from the run before."""
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=stStatusWidget]') && "
         "!document.querySelector('[data-testid=stElementContainer][data-stale=true]')"
@@ -288,10 +293,7 @@ def test_stacked_deep_link_widget_change_and_csv(server, browser, shots):
 def test_ouro_deep_link_widget_change_and_csv(server, browser, shots):
     page = open_page(browser, f"{server}/ouro?metric=choice_accuracy", "Ouro (E1)")
     page.get_by_test_id("stVegaLiteChart").first.wait_for()
-    page.wait_for_function(  # the run has ended with nothing stale: every figure it draws is on the page
-        "() => !document.querySelector('[data-testid=stStatusWidget]') && "
-        "!document.querySelector('[data-testid=stElementContainer][data-stale=true]')"
-    )
+    run_ended(page)  # every figure the run draws is on the page
     count = 0
     while count != page.get_by_test_id("stVegaLiteChart").count():  # and the count holds for a second
         count = page.get_by_test_id("stVegaLiteChart").count()  # (how many depends on the E1 tables present)

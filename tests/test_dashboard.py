@@ -289,10 +289,11 @@ def test_runs_page_evaluates_a_run_at_more_loop_counts(monkeypatch, results, tmp
     render(monkeypatch, root, "accuracy")
     at = render(monkeypatch, root, "runs")  # the added rows' provenance is on the run's page
     assert at.selectbox(key="run").value == key
-    trained = Store(root).manifest(key)["config"]["model"]["boundary"]  # more loop counts in the trained mode
+    manifest = Store(root).manifest(key)
+    trained = manifest["config"]["model"]["boundary"]  # more loop counts in the trained mode
     assert [c.value for c in at.caption if c.value.startswith("rows added ")] == [
-        f"rows added {Store(root).manifest(key)['rows_added'][0]['created']}: `{trained}` (e2), commit "
-        f"`{Store(root).manifest(key)['git_commit']}`{' (dirty)' if Store(root).manifest(key)['git_dirty'] else ''}"
+        f"rows added {manifest['rows_added'][0]['created']}: `{trained}` (e2), commit "
+        f"`{manifest['git_commit']}`{' (dirty)' if manifest['git_dirty'] else ''}"
     ]
 
 
@@ -439,9 +440,9 @@ def test_caption_states_seeds_ci_method_and_chance():
     text = charts.caption([0, 1, 1], ["BCa", "BCa", "degenerate"])
     assert "n = 2 seeds" in text and "95% bootstrap CI" in text and "BCa 2, degenerate 1" in text
     assert "Chance level 0.5" in text
-    text = charts.caption((2, 16), ["BCa"], None, per="point")  # points over different seeds (E5's rescale)
+    text = charts.caption(2, ["BCa"], None, most=16, per="point")  # points over different seeds (E5's rescale)
     assert "n = 2–16 seeds per point" in text and "Chance" not in text
-    assert "n = 4 seeds per series" in charts.caption((4, 4), ["BCa"])
+    assert "n = 4 seeds per series" in charts.caption(4, ["BCa"], most=4)
 
 
 def test_loss_curve_steps_follow_the_manifest_stride():

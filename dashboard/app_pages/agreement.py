@@ -149,5 +149,6 @@ else:
         "s_t the model's mean state RMS at step t on training items (no parameter added). Diamonds: E3's refits at "
         "n = T (in-range mean, the last refit step). "
     )
-    seeds = (int(stats["n"].min()), int(stats["n"].max()))  # the damaged seeds, which differ by n
-    ui.figure(chart, rescale, f"{name}-rescale", charts.caption(seeds, stats["ci_method"], None, what, per="point"))
+    most = int(stats["n"].max())  # the damaged seeds differ by n
+    caption = charts.caption(int(stats["n"].min()), stats["ci_method"], None, what, most=most, per="point")
+    ui.figure(chart, rescale, f"{name}-rescale", caption)

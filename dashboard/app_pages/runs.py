@@ -8,6 +8,12 @@ import streamlit as st
 from dashboard import charts, data, ui, views
 from engine.runtime import jobs
 
+
+def commit_text(provenance: dict) -> str:
+    """A manifest's (or a rows_added entry's) commit, marked where the tree was dirty."""
+    return f"`{provenance.get('git_commit', '?')}`{' (dirty)' if provenance.get('git_dirty') else ''}"
+
+
 st.title("Cached runs")
 table, problems = data.runs()
 for problem in problems:
@@ -53,14 +59,13 @@ facts[3].metric(
 st.caption(
     f"width {model.get('d_model')}, {model.get('layers_per_block')} layer(s) per block, {model.get('n_heads')} heads, "
     f"trained boundary `{model.get('boundary')}`; batch {train.get('batch_size')}, lr {train.get('lr')}; "
-    f"commit `{manifest.get('git_commit', '?')}`{' (dirty)' if manifest.get('git_dirty') else ''}, "
+    f"commit {commit_text(manifest)}, "
     f"{manifest.get('device', '?')}, created {manifest.get('created', '?')}"
 )
 for added in manifest.get("rows_added", []):  # evaluations added after training, each from its own commit
     st.caption(
         f"rows added {added.get('created', '?')}: {', '.join(f'`{b}`' for b in added.get('boundaries', []))} "
-        f"({added.get('experiment') or '?'}), commit `{added.get('git_commit', '?')}`"
-        f"{' (dirty)' if added.get('git_dirty') else ''}"
+        f"({added.get('experiment') or '?'}), commit {commit_text(added)}"
     )
 
 metric = ui.select("metric", ["accuracy", "choice_accuracy", "top_token_share"], "metric")

@@ -125,6 +125,11 @@ def parquet_bytes(df: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
+def utc_now() -> str:
+    """The time a result is stored, as manifests write it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def git_state() -> tuple[str, bool]:
     """The repository's HEAD commit ("" if unknown) and whether tracked files differ from it."""
     try:
@@ -165,7 +170,7 @@ def provenance(device: str) -> dict:
         "device": device_name,
         "machine": machine(),
         "host": platform.node(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": utc_now(),
     }
 
 
@@ -305,7 +310,7 @@ class Store:
             "boundaries": sorted(map(str, rows["boundary"].unique())),
             "experiment": ", ".join(sorted(map(str, rows["experiment"].unique()))) if "experiment" in rows else "",
             "git_commit": commit or "unknown", "git_dirty": dirty,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created": utc_now(),
         }]  # fmt: skip
         merged = pd.concat([self.load_rows(key), rows[list(self.columns)]], ignore_index=True)  # older: no split
         row_key = [c for c in self.columns if c != "value"]
