@@ -115,9 +115,11 @@ def open_page(browser, url: str, heading: str, first_timeout_s: float = TIMEOUT_
 
 
 def figures(page, count: int) -> None:
-    """Wait for `count` figures, each drawn (a canvas or SVG of real size) with no error on the page."""
+    """Wait for `count` figures once the page's run has ended, each drawn (a canvas or SVG of real size) with no
+    error on the page."""
     charts = page.get_by_test_id("stVegaLiteChart")
     charts.nth(count - 1).wait_for()
+    run_ended(page)  # a rerun in flight can still show the run before's figures beside its own
     page.wait_for_function(
         "n => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].slice(0, n).every("
         "c => [...c.querySelectorAll('canvas, svg.marks')].some(e => e.getBoundingClientRect().width > 100 && "
