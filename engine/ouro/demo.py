@@ -1,4 +1,6 @@
-"""A small Ouro trained here on the probe's prompt tasks, at difficulties it cannot answer in one loop step:
+"""CANDIDATE D5 (dev/LOG.md, tenth session): D4 (chain 0-16 hops in training, 16 in the probe) at 6,000 steps.
+
+A small Ouro trained here on the probe's prompt tasks, at difficulties it cannot answer in one loop step:
 E1's demonstration until the released weights are run. It is a demonstration, not a measurement of Ouro.
 
     python -m engine.ouro.demo     # trains cached_results/e1-demo/, then E1 on it (both modes, n = 1..8):
@@ -62,7 +64,7 @@ DEMO_CONFIG = dict(
     max_position_embeddings=256,
 )
 TRAIN = dict(
-    steps=3000,
+    steps=6000,
     batch=64,
     lr=1e-3,
     warmup=100,
@@ -70,13 +72,13 @@ TRAIN = dict(
     weight_decay=0.01,
     clip=1.0,
     entropy_weight=0.1,
-    chain_hops=tuple(range(0, 9)),
+    chain_hops=tuple(range(0, 17)),
     parity_bits=tuple(range(1, 13)),
     eval_every=250,
     eval_prompts=128,
 )
 PROBE = dict(  # the E1 run on the demo: what `loopscope ouro` is given
-    difficulty={"chain": 8, "parity": 12},
+    difficulty={"chain": 16, "parity": 12},
     prompts=200,
     loops=list(range(1, 9)),
     readout="final",  # the answer at loop step n, as the study reads it (engine.ouro.probe.READOUTS)
