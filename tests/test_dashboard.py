@@ -708,6 +708,9 @@ def test_held_out_levels_lead_and_every_accuracy_caption_names_the_split(monkeyp
 def test_refit_captions_name_the_split(monkeypatch, all_tables):
     at = render(monkeypatch, all_tables, "refit")
     assert any("Items (`split`): " in c.value for c in at.caption)
+    n = layer_records(charts_on(at)[0], "mean")["n"]  # seeds per point vary where some seeds are guarded
+    many = f"{n.min()}–{n.max()} seeds" if n.min() != n.max() else f"{n.min()} seed"
+    assert any(f"Mean over n = {many}" in c.value and "per point" in c.value for c in at.caption)
     at.selectbox(key="metric").set_value("accuracy").run()
     assert any("Items (`split`): seen in training (m = 1–4)." in c.value for c in at.caption)
 
