@@ -98,6 +98,24 @@ def test_verify_retrains_a_shipped_group_bit_for_bit_and_says_so(tmp_path, capsy
     assert main([*args, "--results", str(tmp_path / "empty")]) == 2  # nothing shipped there: one sentence
 
 
+def test_verify_report_flags_each_n_outside_and_says_when_more_seeds_were_free():
+    from engine.core.presets import smoke
+    from engine.runtime import verify
+
+    cfg = smoke("parity", "norm")
+    per_n = pd.DataFrame(
+        {"n": [1, 2], "retrained": [0.5, 0.99], "shipped": [0.5, 0.8], "shipped_min": [0.4, 0.7],
+         "shipped_max": [0.6, 0.9], "inside": [True, False], "mann_whitney_p": [0.9, 0.01]}
+    )  # fmt: skip
+    result = {"identical": {0: False}, "per_n": per_n, "machine": {}, "shipped_seeds": 2}
+    lines = verify.report(result, cfg).splitlines()
+    assert lines[1] == "  seed 0: differs from the shipped run"
+    assert lines[-2].endswith("p 0.9  ok") and lines[-1].endswith("p 0.01  OUTSIDE")
+    assert any(f"whole group of {cfg.train.group_size}" in line for line in lines)  # 1 seed asked of a group of 2
+    whole = dict(result, identical=dict.fromkeys(range(cfg.train.group_size), False))
+    assert not any("whole group" in line for line in verify.report(whole, cfg).splitlines())
+
+
 def rows_e4(looped_acc, stacked_acc, seeds: int = 8) -> pd.DataFrame:
     """Accuracy rows of looped (T = 2, n = 1..6) and stacked (T = 1) models, one held-out difficulty."""
     records = []

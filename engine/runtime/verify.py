@@ -74,6 +74,11 @@ def report(result: dict, cfg: RunConfig) -> str:
         lines.append(f"  seed {seed}: {'bit-identical to the shipped run' if same else 'differs from the shipped run'}")
     if all(result["identical"].values()):
         return "\n".join([*lines, "verified: bit for bit."])
+    if len(result["identical"]) < cfg.train.group_size:  # the rest of the group was retrained and is not compared
+        lines.append(
+            f"  (each seed trained in its whole group of {cfg.train.group_size}: asking for the group's other seeds "
+            "too, e.g. --seeds 16, costs nothing more and gives the test below its power)"
+        )
     lines.append(
         f"  not bit-identical: per n, the retrained seeds against the {result['shipped_seeds']} shipped seeds "
         f"(accuracy over the judged difficulties; Mann-Whitney, two-sided; outside = p < {paper.ALPHA}):"
