@@ -87,6 +87,6 @@ def report(result: dict, cfg: RunConfig) -> str:
         flag = "ok" if r.mann_whitney_p >= paper.ALPHA else "OUTSIDE"
         lines.append(
             f"  n={r.n:3d}  retrained {r.retrained:.3f}  shipped {r.shipped:.3f} [{r.shipped_min:.3f}, "
-            f"{r.shipped_max:.3f}]  inside range: {r.inside}  p {r.mann_whitney_p:.3g}  {flag}"
+            f"{r.shipped_max:.3f}]  all in shipped range: {r.inside}  p {r.mann_whitney_p:.3g}  {flag}"
         )
     return "\n".join(lines)
