@@ -417,6 +417,12 @@ def caption(
     return text
 
 
+def point_caption(stats: pd.DataFrame, chance: float | None, what: str) -> str:
+    """`caption` for a figure whose points average different numbers of seeds (guarded or undamaged seeds left
+    out per point): the fewest and the most, from the stats' `n`."""
+    return caption(int(stats["n"].min()), stats["ci_method"], chance, what, most=int(stats["n"].max()), per="point")
+
+
 # ---------------------------------------------------------------- export
 
 

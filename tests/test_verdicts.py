@@ -107,11 +107,12 @@ def test_verify_report_flags_each_n_outside_and_says_when_more_seeds_were_free()
         {"n": [1, 2], "retrained": [0.5, 0.99], "shipped": [0.5, 0.8], "shipped_min": [0.4, 0.7],
          "shipped_max": [0.6, 0.9], "inside": [True, False], "mann_whitney_p": [0.9, 0.01]}
     )  # fmt: skip
-    result = {"identical": {0: False}, "per_n": per_n, "machine": {}, "shipped_seeds": 2}
+    result = {"identical": {0: False}, "per_n": per_n, "machine": {}, "shipped_seeds": 2, "retrained_groups": [[0, 1]]}
     lines = verify.report(result, cfg).splitlines()
     assert lines[1] == "  seed 0: differs from the shipped run"
     assert lines[-2].endswith("p 0.9  ok") and lines[-1].endswith("p 0.01  OUTSIDE")
     assert any(f"whole group of {cfg.train.group_size}" in line for line in lines)  # 1 seed asked of a group of 2
+    assert any("--seeds 0-1," in line for line in lines)  # the retrained groups, spelled as --seeds reads them
     whole = dict(result, identical=dict.fromkeys(range(cfg.train.group_size), False))
     assert not any("whole group" in line for line in verify.report(whole, cfg).splitlines())
 

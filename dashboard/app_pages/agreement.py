@@ -149,6 +149,4 @@ else:
         "s_t the model's mean state RMS at step t on training items (no parameter added). Diamonds: E3's refits at "
         "n = T (in-range mean, the last refit step). "
     )
-    most = int(stats["n"].max())  # the damaged seeds differ by n
-    caption = charts.caption(int(stats["n"].min()), stats["ci_method"], None, what, most=most, per="point")
-    ui.figure(chart, rescale, f"{name}-rescale", caption)
+    ui.figure(chart, rescale, f"{name}-rescale", charts.point_caption(stats, None, what))  # damaged seeds vary by n

@@ -89,9 +89,7 @@ what = (
     "Recovery is NaN for a seed whose accuracy fell by less than "
     f"{paper.MIN_REFIT_GAP} without the norm (nothing to recover): such seeds are left out (`n_guarded`). "
 )
-fewest, most = (int(stats["n"].min()), int(stats["n"].max())) if len(stats) else (0, 0)  # guarded seeds vary
-chance = charts.CHANCE if metric == "accuracy" else None
-caption = charts.caption(fewest, stats["ci_method"], chance, what, most=most, per="point")
+caption = charts.point_caption(stats, charts.CHANCE if metric == "accuracy" else None, what)  # guarded seeds vary
 measured = task_rows[task_rows["metric"] == metric]  # the rows behind the figure, for their split
 if metric == "recovery":  # the in-range mean's recovery is stored at difficulty e3.IN_RANGE, the others apart
     in_range = measured["difficulty"] == e3.IN_RANGE

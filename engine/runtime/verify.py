@@ -65,6 +65,7 @@ def verify(store: Store, cfg: RunConfig, seeds: list[int], device: str = "cpu", 
         "per_n": pd.DataFrame(per_n),
         "machine": machine(),
         "shipped_seeds": len(shipped_keys),
+        "retrained_groups": cfg.groups(seeds),
     }
 
 
@@ -74,10 +75,12 @@ def report(result: dict, cfg: RunConfig) -> str:
         lines.append(f"  seed {seed}: {'bit-identical to the shipped run' if same else 'differs from the shipped run'}")
     if all(result["identical"].values()):
         return "\n".join([*lines, "verified: bit for bit."])
-    if len(result["identical"]) < cfg.train.group_size:  # the rest of the group was retrained and is not compared
+    groups = result["retrained_groups"]
+    if len(result["identical"]) < sum(map(len, groups)):  # the rest of the groups was retrained, not compared
+        spelled = ",".join(f"{g[0]}-{g[-1]}" for g in groups)  # a group is a range of seeds (RunConfig.group)
         lines.append(
-            f"  (each seed trained in its whole group of {cfg.train.group_size}: asking for the group's other seeds "
-            "too, e.g. --seeds 16, costs nothing more and gives the test below its power)"
+            f"  (each seed trained in its whole group of {cfg.train.group_size}: asking for the groups' other seeds "
+            f"too, --seeds {spelled}, costs nothing more and gives the test below its power)"
         )
     lines.append(
         f"  not bit-identical: per n, the retrained seeds against the {result['shipped_seeds']} shipped seeds "
