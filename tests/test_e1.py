@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pandas as pd
 import pytest
@@ -186,6 +187,28 @@ def test_demo_trains_saves_loads_back_and_probes_with_its_readout_recorded(tmp_p
     assert set(zip(rows["task"], rows["difficulty"], strict=True)) == set(demo.PROBE["difficulty"].items())
     assert {"norm_ratio", "top_token_share"} <= set(rows["metric"])
     assert demo.main(["--results", str(tmp_path), "--probe-only", "--prompts", "4"]) == 0  # served from the cache
+
+
+def test_demo_training_never_sees_the_prompts_it_is_judged_on(monkeypatch):
+    """Every prompt of the probe (as `loopscope ouro` draws it for the demo) and of the training-time check is held
+    out; training batches at the probe's difficulties replace each held-out prompt by an unseen one with the same
+    answer, so the labels stay exactly balanced."""
+    from engine.ouro import demo
+
+    held = demo.held_out()
+    for task, difficulty in demo.PROBE["difficulty"].items():
+        for seed, n in ((0, demo.PROBE["prompts"]), (demo.EVAL_SEED, demo.TRAIN["eval_prompts"])):
+            assert {p.prompt for p in make_prompts(task, n, seed=seed, difficulty=difficulty)} <= held
+    monkeypatch.setattr(demo, "TRAIN", dict(demo.TRAIN, chain_hops=(demo.PROBE["difficulty"]["chain"],),
+                                            parity_bits=(demo.PROBE["difficulty"]["parity"],)))  # fmt: skip
+    rng, replaced = random.Random(0), 0
+    for step in range(40):
+        prompts, r = demo.batch_of(step, 0, rng, 64, held)
+        replaced += r
+        assert len(prompts) == 64 and not {p.prompt for p in prompts} & held
+        for half in (prompts[:32], prompts[32:]):
+            assert sorted(p.options.index(p.answer) for p in half) == [0] * 16 + [1] * 16
+    assert replaced > 0  # 12-bit parity has 4,096 strings: about 8% of them are held out
 
 
 def test_the_demo_size_is_the_one_documented():

@@ -1,4 +1,7 @@
-"""A small Ouro trained here on the probe's prompt tasks, at difficulties it cannot answer in one loop step:
+"""CANDIDATE D6 (dev/LOG.md, eleventh session): D5 (chain 0-16 hops, 16 in the probe, 6,000 steps) with the
+probe's and the check's prompts held out of training.
+
+A small Ouro trained here on the probe's prompt tasks, at difficulties it cannot answer in one loop step:
 E1's demonstration until the released weights are run. It is a demonstration, not a measurement of Ouro.
 
     python -m engine.ouro.demo     # trains cached_results/e1-demo/, then E1 on it (both modes, n = 1..8):
@@ -64,7 +67,7 @@ DEMO_CONFIG = dict(
     max_position_embeddings=256,
 )
 TRAIN = dict(
-    steps=3000,
+    steps=6000,
     batch=64,
     lr=1e-3,
     warmup=100,
@@ -72,13 +75,13 @@ TRAIN = dict(
     weight_decay=0.01,
     clip=1.0,
     entropy_weight=0.1,
-    chain_hops=tuple(range(0, 9)),
+    chain_hops=tuple(range(0, 17)),
     parity_bits=tuple(range(1, 13)),
     eval_every=250,
     eval_prompts=128,
 )
 PROBE = dict(  # the E1 run on the demo: what `loopscope ouro` is given
-    difficulty={"chain": 8, "parity": 12},
+    difficulty={"chain": 16, "parity": 12},
     prompts=200,
     loops=list(range(1, 9)),
     readout="final",  # the answer at loop step n, as the study reads it (engine.ouro.probe.READOUTS)
@@ -116,10 +119,39 @@ def build_model(tokenizer, seed: int):
     return OuroForCausalLM(config)
 
 
-def batch_of(step: int, seed: int, rng: random.Random, size: int):
+def held_out() -> frozenset[str]:
+    """The prompts training never sees: the probe's (PROBE's count at seed 0, as `loopscope ouro` draws them) and
+    the training-time check's (EVAL_SEED), at the probe's difficulties (no other difficulty gives the same text)."""
+    return frozenset(
+        pr.prompt
+        for task, difficulty in PROBE["difficulty"].items()
+        for seed, n in ((0, PROBE["prompts"]), (EVAL_SEED, TRAIN["eval_prompts"]))
+        for pr in make_prompts(task, n, seed=seed, difficulty=difficulty)
+    )
+
+
+def unseen(task: str, n: int, seed: int, difficulty: int, held: frozenset[str]) -> tuple[list, int]:
+    """make_prompts, with every held-out prompt replaced by a fresh one with the same answer (drawn from negative
+    seeds, which nothing else uses); also the number replaced."""
+    prompts, replaced = make_prompts(task, n, seed=seed, difficulty=difficulty), 0
+    for i, pr in enumerate(prompts):
+        k = 0
+        while prompts[i].prompt in held:
+            k += 1
+            fresh = make_prompts(task, 2, seed=-(1000 * seed + k), difficulty=difficulty)
+            prompts[i] = next(p for p in fresh if p.answer == pr.answer)
+        replaced += k > 0
+    return prompts, replaced
+
+
+def batch_of(step: int, seed: int, rng: random.Random, size: int, held: frozenset[str]):
+    """Half chain prompts, half parity prompts, each half at a difficulty drawn from TRAIN's range, none held out;
+    also the number of held-out prompts replaced."""
     k, m = rng.choice(TRAIN["chain_hops"]), rng.choice(TRAIN["parity_bits"])
     base = 1_000_000 * (seed + 1) + step  # never 0, the probe's prompt seed
-    return make_prompts("chain", size // 2, seed=base, difficulty=k) + make_prompts("parity", size // 2, base, m)
+    chain, a = unseen("chain", size // 2, base, k, held)
+    parity, b = unseen("parity", size // 2, base, m, held)
+    return chain + parity, a + b
 
 
 def encode(tokenizer, prompts):
@@ -168,10 +200,13 @@ def train(
     opt = adamw(decay, rest, TRAIN["lr"], TRAIN["weight_decay"])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(TRAIN["warmup"], steps, TRAIN["min_lr_ratio"]))
     rng = random.Random(f"demo:{seed}")
+    held, replaced = held_out(), 0
     log, evals, start = [], [], time.time()
     bar = tqdm(range(steps), desc="train e1-demo", unit="step", disable=not progress, mininterval=2)
     for step in bar:
-        ids, mask, target = encode(tokenizer, batch_of(step, seed, rng, TRAIN["batch"]))
+        prompts, r = batch_of(step, seed, rng, TRAIN["batch"], held)
+        replaced += r
+        ids, mask, target = encode(tokenizer, prompts)
         out = model.loop_forward(ids, mask, n_loops=T, boundary="norm")
         loss, ce = objective(out, target, TRAIN["entropy_weight"])
         optimizer_step(loss, opt, sched, list(model.parameters()), TRAIN["clip"], per_member=False)
@@ -194,6 +229,12 @@ def train(
         "objective": "answer token only; sum_t p_t CE_t - entropy_weight * H(p) over the T = 4 steps (Ouro stage 1)",
         "boundary": "norm (as released)",
         "probe": PROBE,
+        "held_out": {
+            "what": "prompts never trained on: the probe's (seed 0) and the training-time check's (seed "
+            f"{EVAL_SEED}), at the probe's difficulties; a probe with another prompt count draws other prompts",
+            "prompts": len(held),
+            "replaced_in_training": replaced,
+        },
         "seed": seed,
         "threads": threads,
         "wall_time_s": round(wall, 1),

@@ -295,7 +295,19 @@ def training_record(path: Path) -> dict | None:
         record = json.loads((path / "training.json").read_text())
     except (OSError, ValueError):
         return None
-    keep = ("what", "parameters", "config", "train", "objective", "boundary", "probe", "seed", "threads", "wall_time_s")
+    keep = (
+        "what",
+        "parameters",
+        "config",
+        "train",
+        "objective",
+        "boundary",
+        "probe",
+        "held_out",
+        "seed",
+        "threads",
+        "wall_time_s",
+    )
     return {k: record[k] for k in keep if k in record} | {"last_eval": (record.get("evals") or [None])[-1]}
 
 
