@@ -68,7 +68,12 @@ def all_tables(results, tmp_path_factory):
     e1.to_parquet(root / "e1-demo.parquet")
     tops = {m: {str(n): {"id": 1, "text": "1"} for n in range(1, 10)} for m in ("norm", "norm->none")}
     manifest = {
-        "model": {"spec": "cached_results/e1-demo", "parameters": 15904, "trained_loops": 3},
+        "model": {
+            "spec": "cached_results/e1-demo",
+            "parameters": 15904,
+            "trained_loops": 3,
+            "training": {"probe": {"difficulty": {"parity": 12}}, "held_out": {"prompts": 200}},
+        },  # fmt: skip
         "tasks": {"parity": {"n1_identity": {"passed": True}, "top_tokens": tops}},
         "files": {"e1-demo.parquet": hashlib.sha256((root / "e1-demo.parquet").read_bytes()).hexdigest()},
     }
@@ -197,6 +202,9 @@ def test_ouro_page_with_a_table_labels_the_demonstration(monkeypatch, all_tables
     at = render(monkeypatch, all_tables, "ouro")
     assert "Demonstration, not the released weights" in at.info[0].value
     assert "15,904 parameters" in at.info[0].value
+    assert "probed where one loop step is not enough: parity 12 bits (on prompts held out of training)." in (
+        at.info[0].value
+    )
     assert "identity passed" in at.success[0].value
     assert len(charts_on(at)) == 3
 

@@ -75,6 +75,7 @@ if "demo" in table.preset:
     where = (
         " It is probed where one loop step is not enough: "
         + ", ".join(f"{task} {value} {unit.get(task, '')}".rstrip() for task, value in asked.items())
+        + (" (on prompts held out of training)" if training.get("held_out") else "")
         + "."
         if asked
         else ""
