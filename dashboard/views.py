@@ -360,9 +360,11 @@ def norms_section(
     modes: Sequence[str],
     name_prefix: str,
     tokens: pd.DataFrame | None = None,
+    items: str | None = None,
 ) -> tuple[str, pd.DataFrame, pd.DataFrame] | None:
     """State norm per step beside the top-token share per step, for the chosen task, difficulty and modes.
     tokens: the decoded top token per mode and step, where the rows' token ids are not engine.core.tasks'.
+    items: the captions' sentence on where the items come from, where the rows' `split` does not say (E1).
     Returns the state-norm metric shown with its curves and per-seed values (None when nothing is drawn)."""
     left, right = st.columns(2)
     with left:
@@ -381,6 +383,7 @@ def norms_section(
         return None
     budgets = budgets_of(rows)
     name = f"{name_prefix}-{task}-{difficulty}".replace(" ", "_")
+    items = split_note(rows, task, difficulty) if items is None else items
     norm_col, share_col = st.columns(2)
     with norm_col:
         st.subheader("State norm per step")
@@ -398,7 +401,7 @@ def norms_section(
         )
         what = "Mean state norm at the answer position, averaged over the chosen difficulties. "
         caption = charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
-        ui.figure(chart, stats, f"{name}-{metric}", caption + split_note(rows, task, difficulty))
+        ui.figure(chart, stats, f"{name}-{metric}", caption + items)
         growth = norm_growth_table(rows[data.level_mask(rows, difficulty)], modes)
         if len(growth):
             st.dataframe(growth, hide_index=True, width="stretch", column_config=_ratio_format(growth))
@@ -423,8 +426,7 @@ def norms_section(
         what = "1.0: the head gives one token for every example (it has committed). "
         caption = charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
         caption += " Labels are exactly balanced, so a correct model's share is 0.5 (dotted)."
-        caption += split_note(rows, task, difficulty)
-        ui.figure(chart, stats, f"{name}-top_token_share", caption)
+        ui.figure(chart, stats, f"{name}-top_token_share", caption + items)
         tokens = top_tokens(rows, difficulty) if tokens is None else tokens[tokens["mode"].isin(modes)]
         if len(tokens):
             st.dataframe(tokens, hide_index=True, width="stretch")

@@ -207,6 +207,12 @@ def test_ouro_page_with_a_table_labels_the_demonstration(monkeypatch, all_tables
     )
     assert "identity passed" in at.success[0].value
     assert len(charts_on(at)) == 3
+    held = [
+        c.value
+        for c in at.caption
+        if "Items: the probe's prompts, held out of the demonstration's training." in c.value
+    ]
+    assert len(held) == 3 and not any("records no `split`" in c.value for c in at.caption)  # one per figure
 
 
 def test_overview_gives_no_verdict_the_engine_does_not(monkeypatch, all_tables):

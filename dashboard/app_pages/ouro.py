@@ -91,6 +91,11 @@ st.caption(
     f"created {manifest.get('created', '?')}."
 )
 rows, task, difficulty = views.task_and_difficulty(table.rows)
+items = (
+    " Items: the probe's prompts, held out of the demonstration's training."
+    if (model.get("training") or {}).get("held_out")
+    else " Items: the probe's synthetic prompts; whether the model saw them in training is not recorded."
+)
 readout = manifest.get("tasks", {}).get(task, {}).get("settings", {}).get("readout", "final")
 st.caption(
     f"Readout: **{readout}** — "
@@ -129,7 +134,7 @@ chart = charts.curves(
 label = views.difficulty_label(rows, task, difficulty)
 what = f"{table.preset}, {task}, {label}; one checkpoint, so one 'seed'. Black diamond: the paper's figure. "
 caption = charts.caption(views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE, what)
-ui.figure(chart, stats, f"e1-{table.preset}-{task}-{metric}-{difficulty}".replace(" ", "_"), caption)
+ui.figure(chart, stats, f"e1-{table.preset}-{task}-{metric}-{difficulty}".replace(" ", "_"), caption + items)
 
 st.header("State norm and the head's commitment")
-views.norms_section(rows, task, difficulty, modes, f"e1-{table.preset}", data.e1_top_tokens(manifest, task))
+views.norms_section(rows, task, difficulty, modes, f"e1-{table.preset}", data.e1_top_tokens(manifest, task), items)
