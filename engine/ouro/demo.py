@@ -139,6 +139,7 @@ def unseen(task: str, n: int, seed: int, difficulty: int, held: frozenset[str]) 
         k = 0
         while prompts[i].prompt in held:
             k += 1
+            # two held-out prompts with one answer in one batch get the same replacement
             fresh = make_prompts(task, 2, seed=-(1000 * seed + k), difficulty=difficulty)
             prompts[i] = next(p for p in fresh if p.answer == pr.answer)
         replaced += k > 0
@@ -281,7 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help=f"default {TRAIN['steps']}")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steady on a shared machine)")
-    parser.add_argument("--prompts", type=int, default=PROBE["prompts"], help="probe prompts per task")
+    parser.add_argument(
+        "--prompts",
+        type=int,
+        default=PROBE["prompts"],
+        help=f"probe prompts per task (the default {PROBE['prompts']} are held out of training; others may be seen)",
+    )
     parser.add_argument("--probe-only", action="store_true", help=f"probe {NAME}/ as it is, without training")
     args = parser.parse_args(argv)
     if not args.probe_only:
