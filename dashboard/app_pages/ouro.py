@@ -62,8 +62,9 @@ if problem:
     st.warning(problem)
 model = manifest.get("model", {})
 size = f"{model['parameters']:,} parameters" if "parameters" in model else "size unknown"
+training = model.get("training") or {}  # engine.ouro.e1.training_record, for a checkpoint trained here
+held_out = bool(training.get("held_out"))  # the probe's prompts were kept out of its training
 if "demo" in table.preset:
-    training = model.get("training") or {}
     trained = (
         f" It was trained in {training['wall_time_s'] / 60:.0f} min on a CPU with Ouro's stage-1 objective "
         "(the expected loss over the exit gate's distribution of the loop steps, minus an entropy bonus)."
@@ -75,7 +76,7 @@ if "demo" in table.preset:
     where = (
         " It is probed where one loop step is not enough: "
         + ", ".join(f"{task} {value} {unit.get(task, '')}".rstrip() for task, value in asked.items())
-        + (" (on prompts held out of training)" if training.get("held_out") else "")
+        + (" (on prompts held out of training)" if held_out else "")
         + "."
         if asked
         else ""
@@ -93,7 +94,7 @@ st.caption(
 rows, task, difficulty = views.task_and_difficulty(table.rows)
 items = (
     " Items: the probe's prompts, held out of the demonstration's training."
-    if (model.get("training") or {}).get("held_out")
+    if held_out
     else " Items: the probe's synthetic prompts; whether the model saw them in training is not recorded."
 )
 readout = manifest.get("tasks", {}).get(task, {}).get("settings", {}).get("readout", "final")
