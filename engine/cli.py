@@ -273,6 +273,53 @@ def cmd_verify(args) -> int:
     return 0 if all(results) else 1
 
 
+def cmd_restore(args) -> int:
+    """Retrain the groups of runs stored without their weights; keep weights only where rows match bit for bit."""
+    from engine.core.store import Store, check_run_key, weights_not_kept
+    from engine.experiments.runs import restore
+
+    store = Store(results_dir(args))
+    if bool(args.run_keys) == bool(args.experiment):
+        raise UsageError(
+            "name runs (loopscope restore RUN_KEY...) or a study (--experiment e2 --preset cpu), one of them."
+        )
+    if args.experiment:
+        if args.preset not in PRESETS:
+            raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
+        module = REGISTRY[args.experiment]
+        seeds = parse_seeds(args.seeds) if args.seeds else None
+        cfgs = [cfg for cfg, _ in module.trainings(args.preset, module.TASKS)]
+        wanted = {cfg.run_key(s) for cfg in cfgs for s in seeds} if seeds else None
+        keys = []
+        for k in store.run_keys():
+            if (wanted is None or k in wanted) and store.status(k) == "ok":
+                m = store.manifest(k)
+                if weights_not_kept(m) is not None and RunConfig.from_dict(m["config"]) in cfgs:
+                    keys.append(k)
+        if not keys:
+            print(f"no run of {args.experiment} at {args.preset} under {store.root} lacks its weights; nothing to do.")
+            return 0
+    else:
+        keys = list(dict.fromkeys(args.run_keys))
+        for key in keys:
+            try:
+                check_run_key(store.root, key)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            if store.status(key) != "ok":
+                raise UsageError(f"no valid run {key} under {store.root}; 'loopscope list' shows the cached runs.")
+    store = open_store(args)
+    weightless = [k for k in keys if weights_not_kept(store.manifest(k)) is not None]
+    groups = {json.dumps([store.manifest(k)[f] for f in ("config", "group")], sort_keys=True) for k in weightless}
+    if weightless:
+        print(f"restoring {len(weightless)} run(s): retraining {len(groups)} group(s) in a temporary folder.",
+              file=sys.stderr)  # fmt: skip
+    outcome = restore(store, keys, device_of(args))
+    for key, what in outcome.items():
+        print(f"{key}: {what}.")
+    return 0 if all(w.startswith(("restored", "has its weights")) for w in outcome.values()) else 1
+
+
 def cmd_list(args) -> int:
     from engine.core.store import Store
 
@@ -297,12 +344,22 @@ def cmd_list(args) -> int:
                 "final_loss": m.get("final_loss"),
                 "wall_s": m.get("wall_time_s"),
                 "status": status,
+                "weights": store.weights_state(key) if status == "ok" else "",
                 **({"config": cfg} if args.json else {}),
             }
         )
     if args.json:
         print(json.dumps(records, indent=2))
-    elif not records:
+        return 0
+    weightless = [r["run_key"] for r in records if r["weights"].startswith("not kept")]
+    if weightless:  # one sentence, not one per run
+        from engine.core.store import how_to_get_weights
+
+        print(f"{len(weightless)} of {len(records)} runs are stored without their weights (rows and manifests "
+              f"complete); {how_to_get_weights(weightless[0])}.", file=sys.stderr)  # fmt: skip
+        for r in records:
+            r["weights"] = "not kept" if r["weights"].startswith("not kept") else r["weights"]
+    if not records:
         print(f"no runs under {store.root}; train some with 'loopscope train --preset smoke --seeds 2'.")
     else:
         print(pd.DataFrame(records).to_string(index=False))
@@ -321,21 +378,51 @@ def cmd_check(args) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
-def cmd_dashboard(args) -> int:
-    import dashboard
+def dashboard_env(args) -> dict[str, str]:
+    """The server's environment: its results folder, and who may run jobs. Beyond localhost it is read-only
+    unless --allow-remote-jobs says otherwise (then LOOPSCOPE_REMOTE_JOBS=1, which the app checks too)."""
+    from engine.runtime import settings
 
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a TCP port; pick one from 1 to 65535 (default 8501).")
-    app = Path(dashboard.__file__).parent / "app.py"
     env = dict(os.environ, LOOPSCOPE_RESULTS=str(results_dir(args).resolve()))
+    local = settings.is_local_address(args.host)
+    if local and args.allow_remote_jobs:
+        raise UsageError(f"--allow-remote-jobs is for a server beyond localhost; --host {args.host} is local only.")
+    if local or args.allow_remote_jobs:
+        env["LOOPSCOPE_REMOTE_JOBS"] = "1" if args.allow_remote_jobs else ""
+        return env
+    try:
+        asked = settings.read_only_setting()
+    except settings.Refused as e:
+        raise UsageError(str(e)) from None
+    if asked is False:
+        raise UsageError(
+            f"LOOPSCOPE_READ_ONLY says writable, but --host {args.host} reaches beyond this machine, where anyone "
+            "could run jobs; add --allow-remote-jobs to allow that, or unset LOOPSCOPE_READ_ONLY."
+        )
+    print(f"loopscope: serving on {args.host or 'every interface'}, read-only (--allow-remote-jobs lets visitors "
+          "run jobs).", file=sys.stderr)  # fmt: skip
+    return env | {"LOOPSCOPE_READ_ONLY": "1", "LOOPSCOPE_REMOTE_JOBS": ""}
+
+
+def cmd_dashboard(args) -> int:
+    import threading
+
+    import dashboard
+
+    env = dashboard_env(args)
+    repo = Path(dashboard.__file__).parents[1]
     # the overview's verdicts, computed beside the server's start-up: a first visit finds them on disk
     warm = [sys.executable, "-m", "dashboard.results", env["LOOPSCOPE_RESULTS"]]
     quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if hasattr(os, "nice"):  # behind the server's own start-up and first session, not beside them
         quiet["preexec_fn"] = lambda: os.nice(10)
-    subprocess.Popen(warm, env=env, cwd=app.parents[1], **quiet)
-    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port)]
-    return subprocess.call(command, env=env)
+    warmer = subprocess.Popen(warm, env=env, cwd=repo, **quiet)
+    threading.Thread(target=warmer.wait, name="reap-warm-up", daemon=True).start()  # no zombie once it ends
+    address = ["--server.address", args.host, "--server.port", str(args.port)]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))  # dashboard.serve
+    return subprocess.call([sys.executable, "-m", "dashboard.serve", *address], env=env)
 
 
 def cmd_report(args) -> int:
@@ -440,6 +527,14 @@ def build_parser() -> Parser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_verify)
 
+    p = sub.add_parser("restore", parents=[common], help="retrain runs stored without their weights, to get them back")
+    p.add_argument("run_keys", nargs="*", metavar="RUN_KEY")
+    p.add_argument("--experiment", choices=list(REGISTRY), help="every weightless run of this experiment at --preset")
+    p.add_argument("--preset", default="cpu", help=f"with --experiment: one of {', '.join(PRESETS)} (default cpu)")
+    p.add_argument("--seeds", help="with --experiment: only these seeds (default: every stored seed)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=cmd_restore)
+
     p = sub.add_parser("list", parents=[common], help="list cached runs and their state")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
@@ -450,6 +545,14 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("dashboard", parents=[common], help="open the Streamlit dashboard")
     p.add_argument("--port", type=int, default=8501)
+    p.add_argument(
+        "--host", default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1: this machine only); 0.0.0.0 serves every interface, "
+        "read-only unless --allow-remote-jobs",
+    )  # fmt: skip
+    p.add_argument(
+        "--allow-remote-jobs", action="store_true", help="with --host beyond localhost: let visitors submit jobs"
+    )
     p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser("report", parents=[common], help="write a static HTML report (claims, figures, provenance)")

@@ -66,7 +66,7 @@ def parse_loops(text: str) -> list[int]:
 def check_runs(root: Path, keys: list[str]) -> RunConfig:
     """Every key names a verified run inside root (keys become paths), and the runs share one config:
     they load as one ensemble. Returns that config."""
-    from engine.core.store import Store, check_run_key
+    from engine.core.store import Store, check_run_key, weights_not_kept
 
     store, configs = Store(root), {}
     for key in keys:
@@ -79,6 +79,8 @@ def check_runs(root: Path, keys: list[str]) -> RunConfig:
             raise UsageError(f"no run {key!r} under {store.root}; 'loopscope list' shows the cached runs.")
         if status != "ok":
             raise UsageError(f"{status}; retrain it with 'loopscope train' (same config and seed).")
+        if weights_not_kept(store.manifest(key)) is not None:
+            store.load_weights(key)  # raises WeightsNotKept (a UsageError): the sentence says how to get them back
         try:
             configs[key] = RunConfig.from_dict(store.manifest(key)["config"])
         except (KeyError, TypeError, ValueError) as e:

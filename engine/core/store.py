@@ -10,6 +10,12 @@ A change to a run writes its new files under new names (each named by its checks
 the manifest atomically, then removes what the manifest no longer names. A reader therefore sees the
 old run or the new one, never a mix, whenever a process dies. Every read checks the file against the
 manifest's sha256; a mismatch is reported and the run redone, a corrupt file is never loaded.
+
+Weights not kept are a state, not damage: a run whose manifest moves its weights' checksum from `files` to
+`files_not_included` (with the reason in `weights_not_kept`) is complete with its rows alone. Its status is
+'ok'; reading its weights raises WeightsNotKept, a sentence that says how to get them back. Shipped results
+keep the weights of one seed per training group (`Store.drop_weights`); `loopscope restore` retrains the
+others and keeps them only where the retrained rows equal the stored ones bit for bit.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from engine.errors import UsageError
+
 RESULT_COLUMNS = [
     "experiment", "run_key", "task", "arch", "boundary", "seed",
     "trained_loops", "eval_loops", "difficulty", "metric", "value",
@@ -43,12 +51,18 @@ RESULT_COLUMNS = [
 ROW_KEY = [c for c in RESULT_COLUMNS if c != "value"]
 ROW_COLUMNS = [*RESULT_COLUMNS, "split"]  # a run's rows: `split` says heldout, seen or beyond (core.tasks.split_of)
 MODEL, ROWS, MANIFEST = "model.safetensors", "rows.parquet", "manifest.json"  # a run's files, by role
+WEIGHTS = (MODEL, "refit.safetensors")  # the roles of a run's and an E3 refit's weights
+NOT_KEPT_WHY = "not kept in this results folder"  # the reason when a manifest names none (older pushes)
 REPO = Path(__file__).resolve().parents[2]
 KEY = re.compile(r"[0-9a-f]{16}")
 
 
 class CorruptRun(Exception):
     """A run folder whose files do not match its manifest."""
+
+
+class WeightsNotKept(UsageError, ValueError):
+    """A run stored without its weights (a state, not damage); the message says how to get them back."""
 
 
 class BadKey(ValueError):
@@ -86,6 +100,26 @@ def file_of(files: dict[str, str], role: str) -> str | None:
     """The stored name of a role in a manifest's files (`model.safetensors` itself in older runs)."""
     names = [n for n in files if stored_as(n, role)]
     return names[0] if len(names) == 1 else None
+
+
+def is_weights(name: str | Path) -> bool:
+    """Whether a stored file name holds weights (a run's model or a refit's state)."""
+    return any(stored_as(Path(name).name, role) for role in WEIGHTS)
+
+
+def weights_not_kept(manifest: dict) -> str | None:
+    """None if the manifest's weights are kept, else why not (the manifest's reason)."""
+    if not any(is_weights(n) for n in manifest.get("files_not_included") or {}):
+        return None
+    return str(manifest.get("weights_not_kept") or NOT_KEPT_WHY)
+
+
+def how_to_get_weights(key: str) -> str:
+    """The sentence every command and page gives for a run without its weights."""
+    return (
+        f"get them back with 'loopscope pull --repo REPO --checkpoints' from a dataset repo that has them, or "
+        f"'loopscope restore {key}' (retrains its group; bit-identical on the machine type that made it)"
+    )
 
 
 def sha256(data: bytes) -> str:
@@ -247,6 +281,11 @@ class Store:
         """The verified bytes of a run's file by role (MODEL, ROWS, ...)."""
         files = self.manifest(key)["files"]
         name = file_of(files, role)
+        if name is None and role in WEIGHTS:
+            m = self.manifest(key)
+            why = weights_not_kept(m)
+            if why is not None:
+                raise WeightsNotKept(f"run {key} has no weights here ({why}); {how_to_get_weights(key)}.")
         if name is None:
             raise CorruptRun(f"run {key}: the manifest lists no {role}")
         try:
@@ -271,6 +310,38 @@ class Store:
         except CorruptRun as e:
             return str(e)
         return "ok"
+
+    def weights_state(self, key: str) -> str:
+        """'kept', or 'not kept (why)' for a run stored without its weights."""
+        why = weights_not_kept(self.manifest(key))
+        return "kept" if why is None else f"not kept ({why})"
+
+    def drop_weights(self, key: str, why: str) -> bool:
+        """Store the run without its weights: the checksum moves to `files_not_included`, the reason to
+        `weights_not_kept`, and the file goes (one atomic manifest change). Returns whether anything changed."""
+        manifest = self.manifest(key)
+        files = manifest.pop("files")
+        dropped = {n: h for n, h in files.items() if is_weights(n)}
+        if not dropped:
+            return False
+        manifest["files_not_included"] = {**(manifest.get("files_not_included") or {}), **dropped}
+        manifest["weights_not_kept"] = why
+        self.commit(key, manifest, {}, {n: h for n, h in files.items() if n not in dropped})
+        return True
+
+    def restore_weights(self, key: str, role: str, data: bytes) -> None:
+        """Give a weightless run its weights back; they must be the bytes whose checksum the manifest kept."""
+        manifest = self.manifest(key)
+        missing = manifest.get("files_not_included") or {}
+        name = stored_name(role, data)
+        if missing.get(name) != sha256(data):
+            raise CorruptRun(f"run {key}: these weights are not the ones its manifest names; nothing stored")
+        files = manifest.pop("files")
+        rest = {n: h for n, h in missing.items() if n != name}
+        manifest = {k: v for k, v in manifest.items() if k not in ("files_not_included", "weights_not_kept")}
+        if rest:
+            manifest["files_not_included"] = rest
+        self.commit(key, manifest, {role: data}, files)
 
     def load_weights(self, key: str) -> dict[str, torch.Tensor]:
         return load_safetensors(self.read(key, MODEL))

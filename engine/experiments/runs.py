@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -292,3 +293,64 @@ def run_trainings(
     rows = collect(store, keys, experiment, PAPER_LABELS)
     store.write_table(f"{experiment}-{preset_name}", rows)
     return rows
+
+
+# ---------------------------------------------------------------- weights kept or not
+
+
+def lighten(store: Store, why: str) -> tuple[int, int]:
+    """Keep the weights of the lowest seed of every training group (runs and E3 refits) and store the others
+    without theirs (Store.drop_weights); return (runs kept with weights, runs made weightless)."""
+    from engine.experiments.e3 import refit_store
+
+    kept = dropped = 0
+    for s in (store, refit_store(store)):
+        groups: dict[tuple, list[tuple[int, str]]] = {}
+        for key in s.run_keys():
+            m = s.manifest(key)
+            unit = json.dumps([m.get(f) for f in ("config", "task", "refit", "group")], sort_keys=True)
+            groups.setdefault(unit, []).append((m["seed"], key))
+        for members in groups.values():
+            members.sort()
+            kept += 1
+            dropped += sum(s.drop_weights(key, why) for _, key in members[1:])
+    return kept, dropped
+
+
+def restore(store: Store, keys: list[str], device: str = "cpu", progress: bool = True) -> dict[str, str]:
+    """Retrain the groups of weightless runs into a temporary folder and keep a retrained seed's weights only
+    if its rows equal the stored rows bit for bit; return, per key, what happened (one sentence each)."""
+    import tempfile
+
+    from engine.core.store import MODEL, weights_not_kept
+
+    outcome, todo = {}, {}
+    for key in keys:
+        m = store.manifest(key)
+        if weights_not_kept(m) is None:
+            outcome[key] = "has its weights already; nothing to do"
+            continue
+        cfg = RunConfig.from_dict(m["config"])
+        todo.setdefault(cfg, []).append((m["seed"], key))
+    with tempfile.TemporaryDirectory(prefix="loopscope-restore-") as tmp:
+        fresh = Store(Path(tmp))
+        for cfg, members in todo.items():
+            ensure_runs(cfg, [s for s, _ in members], fresh, "restore", device, progress)
+            for _, key in members:
+                new, old = fresh.load_rows(key), store.load_rows(key)
+                on = [c for c in ROW_KEY if c != "experiment"]
+                both = new.merge(old, on=on, how="left", suffixes=("", "_stored"))
+                same = both["value_stored"].notna().all() and bool(
+                    (both["value"].to_numpy() == both["value_stored"].to_numpy()).all()
+                )
+                if not same:
+                    differ = int((both["value"] != both["value_stored"]).sum())
+                    outcome[key] = (
+                        f"retrained rows differ from the stored ones ({differ} of {len(both)} values): this machine "
+                        f"rounds differently from the one that made it ({store.manifest(key).get('device', '?')}); "
+                        "nothing stored"
+                    )
+                    continue
+                store.restore_weights(key, MODEL, fresh.read(key, MODEL))
+                outcome[key] = f"restored: {len(both)} retrained rows equal the stored ones bit for bit"
+    return outcome

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.core.presets import PRESETS, RunConfig, preset
-from engine.core.store import KEY, REPO, Store, atomic_write, check_run_key
+from engine.core.store import KEY, REPO, Store, atomic_write, check_run_key, weights_not_kept
 from engine.core.train import resolve_device
 from engine.experiments import REGISTRY
 from engine.experiments import runs as experiments
@@ -123,6 +123,8 @@ def check(spec: Spec, store: Store) -> None:
         check_run_key(store.root, spec.run_key)
         if store.status(spec.run_key) != "ok":
             raise ValueError(f"run {spec.run_key} is not a valid cached run under {store.root}.")
+        if weights_not_kept(store.manifest(spec.run_key)) is not None:  # a state, said before any work
+            store.load_weights(spec.run_key)  # raises WeightsNotKept: its sentence says how to get them back
         seeds, steps, loops = (), 0, spec.loops
     if isinstance(spec, TrainSpec | ExperimentSpec) and not seeds:
         raise ValueError("give at least one seed.")

@@ -16,14 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from engine.core.store import MANIFEST, MODEL, sha256, stored_as
-
-WEIGHTS = (MODEL, "refit.safetensors")  # the roles of a run's and a refit's weights (engine.experiments.e3.STATE)
-
-
-def is_weights(name: str | Path) -> bool:
-    return any(stored_as(Path(name).name, role) for role in WEIGHTS)
-
+from engine.core.store import MANIFEST, WEIGHTS, is_weights, sha256
 
 RUN_FOLDERS = ("runs", "refits")
 
@@ -55,7 +48,9 @@ def _without_weights(manifest: bytes) -> bytes:
     m = json.loads(manifest)
     files = m.get("files", {})
     dropped = {name: files.pop(name) for name in list(files) if is_weights(name)}
-    m["files_not_included"] = dropped
+    m["files_not_included"] = {**(m.get("files_not_included") or {}), **dropped}
+    if dropped:
+        m["weights_not_kept"] = "pushed without --checkpoints"
     return json.dumps(m, indent=2, sort_keys=True).encode()
 
 
