@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -264,7 +265,12 @@ def test_the_readout_is_chosen_recorded_and_keyed(ckpt, tmp_path, capsys):
     assert _run(ckpt, tmp_path, "--readout", "released") == 0  # another readout: recomputed, not served
     assert "cached" not in capsys.readouterr().out.split("e1:")[-1]
     manifest = json.loads((tmp_path / "e1-tiny.json").read_text())
-    assert manifest["tasks"]["chain"]["settings"]["readout"] == "released"
+    entry = manifest["tasks"]["chain"]
+    assert entry["settings"]["readout"] == "released" and entry["settings"]["released_rule"] == e1.RELEASED_RULE
+    assert entry["readout_device"] == "cpu"  # the released exit step depends on the device it is computed on
+    assert entry["early_exit"] == {"early_exit_threshold": 1.0, "early_exit_step": None}
+    final = e1.task_settings("chain", SimpleNamespace(prompts=8, loops=[1, 2], readout="final"), torch.float32, "cpu")
+    assert "released_rule" not in final  # the final readout's keys (and cached results) are unchanged
     steps = pd.read_parquet(tmp_path / "e1-tiny.parquet").query("metric == 'exit_step'")
     assert len(steps) and steps["value"].between(1, 5).all()
     assert (steps["value"] <= steps["eval_loops"]).all()  # the released readout never reads past step n

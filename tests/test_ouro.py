@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution, released_exit_steps
-from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, make_prompts, probe
+from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, fit_prompts, make_prompts, probe
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 RELEASED_KEY = re.compile(
@@ -276,32 +277,44 @@ def test_probe_dataframe(loaded):
 # ---------------------------------------------------------------- the released forward's early exit
 
 
-def exit_step_by_hand(lams: list[float], threshold: float, dtype: torch.dtype) -> int:
-    """The released rule, written out step by step: stop at the first step whose cumulative exit
-    probability reaches the threshold, every product and sum rounded to `dtype`; else the last step."""
-    cumulative, survive = torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)
-    for t, value in enumerate(lams, 1):
-        lam = torch.tensor(value, dtype=dtype)
-        cumulative = cumulative + lam * survive
-        survive = survive * (1 - lam)
-        if cumulative >= threshold:
-            return t
-    return len(lams)
+REFERENCE = Path(__file__).parent / "data" / "released_exit_steps.json"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_released_exit_steps_follow_the_rule_written_out(dtype):
-    g = torch.Generator().manual_seed(0)
-    lams = torch.cat([torch.rand(8, 200, generator=g), torch.full((8, 1), 0.9), torch.ones(8, 1), torch.zeros(8, 1)], 1)
-    lams = lams.to(dtype)
-    for threshold in (1.0, 0.9, 0.5):
-        got = released_exit_steps(lams, threshold)
-        want = [exit_step_by_hand(lams[:, b].tolist(), threshold, dtype) for b in range(lams.shape[1])]
-        assert got.tolist() == want
-    # lambda 0.99 every step: the cumulative 0.99, 0.9999, ... reaches 1.0 only by rounding: at step 2 in bf16
-    # (0.9883 + 0.0116 rounds to 1.0: the spacing below 1 is 1/256), at step 4 in float32 (1 - 1e-8 is 1.0)
-    assert released_exit_steps(torch.full((8, 1), 0.99).to(dtype), 1.0).item() == (2 if dtype == torch.bfloat16 else 4)
-    assert released_exit_steps(lams[:, -2:-1], 1.0).item() == 1  # a saturated gate stops at once
+def stepwise_exit_step(lam: torch.Tensor, threshold: float) -> torch.Tensor:
+    """(k, R) -> (R,): the rule E1 used before issue 31, every partial sum rounded to lam's dtype step by step."""
+    k = lam.shape[0]
+    stop = torch.full(lam.shape[1:], k, dtype=torch.long)
+    cumulative, survive = torch.zeros_like(lam[0]), torch.ones_like(lam[0])
+    for t in range(k):
+        cumulative = cumulative + lam[t] * survive
+        survive = survive * (1 - lam[t])
+        stop = torch.where((cumulative >= threshold) & (stop == k), t + 1, stop)
+    return stop
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_released_exit_steps_match_the_released_code(dtype):
+    """tests/data/released_exit_steps.json holds gate logits and the step the released remote code
+    (`OuroForCausalLM.forward` of modeling_ouro.py, run once on the CPU with one-hot step states; no code of it
+    is in this repository) reads for n = 1..8 under each early_exit_threshold / early_exit_step setting; made
+    by `dev/readout_check.py --released FILE --write-reference`. Rows: the bf16 case of issue 31, untouched
+    and saturated gates, random gates, and random rows where step-by-step rounding reads another step."""
+    case = next(c for c in json.loads(REFERENCE.read_text())["cases"] if c["dtype"] == dtype)
+    # each step's gates contiguous, as a forward's are (the CPU's float32 sigmoid of a strided view can differ)
+    lam = torch.sigmoid(torch.tensor(case["gate_logits"], dtype=getattr(torch, dtype)).T.contiguous())  # (8, R)
+    assert len(case["runs"]) == 10 and lam.shape == (8, 106)
+    for run in case["runs"]:
+        got = released_exit_steps(lam, run["early_exit_threshold"], run["early_exit_step"])
+        assert got.T.tolist() == run["steps"], (run["early_exit_threshold"], run["early_exit_step"])
+    steps = case["runs"][0]["steps"]  # threshold 1.0, as released
+    assert case["runs"][0]["early_exit_threshold"] == 1.0 and case["runs"][0]["early_exit_step"] is None
+    assert steps[2] == [1] * 8 and steps[3] == list(range(1, 9))  # saturated / closed gates
+    if dtype == "bfloat16":  # pdf 0.99609375, 0.00156, 0.00094: cumsum reaches 1.0 at step 3, step by step never
+        assert steps[0] == [1, 2, 3, 3, 3, 3, 3, 3]
+        assert stepwise_exit_step(lam[:, :1], 1.0).item() == 8
+    # the data tells the rules apart: step-by-step rounding reads another step in some rows
+    stepwise = torch.stack([stepwise_exit_step(lam[:n], 1.0) for n in range(1, 9)])
+    assert (stepwise.T != torch.tensor(steps)).any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -324,3 +337,47 @@ def test_the_released_readout_on_checkpoints_with_saturated_gates(saved, tmp_pat
         else:
             assert released["exit_step"].tolist() == [1, 2, 3, 4]
             assert released[["greedy_acc", "top_token_id"]].equals(final[["greedy_acc", "top_token_id"]])
+
+
+def test_the_batched_left_padded_probe_reads_the_step_of_each_prompt_alone(saved):
+    """float32: a prompt in a left-padded batch reads the same released step as run alone, from untouched to
+    nearly saturated gates and thresholds 1.0 / 0.99 / 0.9 (padding moves its gates by ~1e-7 here; in bf16
+    by whole bf16 steps, README E1)."""
+    path, _ = saved
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    prompts = [p for task in ("chain", "parity") for p in make_prompts(task, 6, seed=0)]
+    texts = [p.prompt for p in fit_prompts(tok, prompts)]
+    tok.padding_side, tok.pad_token = "left", tok.eos_token
+    enc = tok(texts, return_tensors="pt", padding=True)
+    assert (enc["attention_mask"] == 0).any()  # the batch is padded
+    read = set()
+    for bias in (None, 2.0, 4.0):
+        if bias is not None:
+            with torch.no_grad():
+                model.model.early_exit_gate.bias.fill_(bias)
+        for threshold in (1.0, 0.99, 0.9):
+            model.config.early_exit_threshold = threshold
+            with torch.inference_mode():
+                batch = model.loop_forward(enc["input_ids"], enc["attention_mask"], n_loops=6).released_steps
+                alone = [model.loop_forward(tok([t], return_tensors="pt")["input_ids"], n_loops=6) for t in texts]
+            assert torch.equal(batch, torch.cat([a.released_steps for a in alone], 1)), (bias, threshold)
+            read |= set(batch[-1].tolist())
+    assert read == {1, 2, 3, 4, 5, 6}  # the steps read vary: the comparison is not all-first or all-last
+    tok.pad_token = None
+    batched = probe(model, tok, prompts, n_loops=6, batch_size=12, readout="released")
+    one_by_one = probe(model, tok, prompts, n_loops=6, batch_size=1, readout="released")
+    cols = ["exit_step", "greedy_acc", "forced_acc", "top_token_id"]
+    assert batched[cols].equals(one_by_one[cols]) and batched["exit_step"].nunique() > 1
+
+
+def test_early_exit_step_takes_precedence(saved):
+    path, _ = saved
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    prompts = make_prompts("parity", 4, seed=0)
+    assert probe(model, tok, prompts, n_loops=4, readout="released")["exit_step"].tolist() != [1, 2, 2, 2]
+    model.config.early_exit_step = 1  # 0-based: step 2, once two steps are run
+    assert probe(model, tok, prompts, n_loops=4, readout="released")["exit_step"].tolist() == [1, 2, 2, 2]
+    model.config.early_exit_step, model.config.early_exit_threshold = None, None  # neither: the last step
+    assert probe(model, tok, prompts, n_loops=4, readout="released")["exit_step"].tolist() == [1, 2, 3, 4]

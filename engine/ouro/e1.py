@@ -40,6 +40,7 @@ BATCH_SIZE = 16  # part of the cache key: padding within a batch changes the low
 PROBE_VERSION = (
     3  # bump when the probe or the rows change meaning; old caches are then recomputed (3: readout, exit_step)
 )
+RELEASED_RULE = 2  # in the key of `--readout released` only (2: torch.cumsum on the model's device, issue 31)
 MODES = {"norm": "norm", "none": "norm->none"}  # mode run -> boundary label (Ouro is trained with the norm)
 METRICS = {  # result metric -> engine.ouro.probe column
     "accuracy": "greedy_acc",
@@ -63,6 +64,7 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 
 
 def task_settings(task: str, args, dtype: torch.dtype, device: str) -> dict:
+    readout = getattr(args, "readout", "final")
     return {
         "task": task,
         "difficulty": (getattr(args, "difficulty", None) or {}).get(task, P.DEFAULT_DIFFICULTY[task]),
@@ -73,7 +75,8 @@ def task_settings(task: str, args, dtype: torch.dtype, device: str) -> dict:
         "dtype": str(dtype).removeprefix("torch."),
         "device_type": device,
         "batch_size": BATCH_SIZE,
-        "readout": getattr(args, "readout", "final"),
+        "readout": readout,
+        **({"released_rule": RELEASED_RULE} if readout == "released" else {}),
         "probe_version": PROBE_VERSION,
     }
 
@@ -167,6 +170,8 @@ def probe_task(model, tokenizer, settings: dict, key: str, trained_loops: int) -
         },
         "prompts": [{"prompt": pr.prompt, "answer": pr.answer, "options": list(pr.options)} for pr in fitted],
         "prompt_space_moved": any(f.prompt != p.prompt for f, p in zip(fitted, prompts, strict=True)),
+        "readout_device": str(next(model.parameters()).device),  # the released exit step depends on it
+        "early_exit": {k: getattr(model.config, k, None) for k in ("early_exit_threshold", "early_exit_step")},
         "wall_time_s": round(time.time() - start, 2),
     }
     return pd.DataFrame(rows, columns=RESULT_COLUMNS), entry

@@ -59,7 +59,8 @@ class OuroConfig(PreTrainedConfig):
     attention_bias: bool = False
     attention_dropout: float = 0.0
     total_ut_steps: int = 4
-    early_exit_threshold: float = 1.0
+    early_exit_threshold: float | None = 1.0  # the released early exit (released_exit_steps); None: the last step
+    early_exit_step: int | None = None  # 0-based; when set (and within the steps run) it takes precedence
 
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
@@ -92,6 +93,7 @@ class OuroLoopOutput:
     exit_probs: Tensor  # (n, B) float32, sums to 1 over steps
     gate_lambdas: Tensor  # (n, B) float32, sigmoid of the exit gate (does not depend on n)
     gate_lambdas_native: Tensor  # (n, B) the same in the model's dtype, as the released forward computes it
+    released_steps: Tensor  # (n, B) long: row k - 1 is the step (1..k) the released forward run k steps reads
 
 
 class OuroRMSNorm(nn.Module):
@@ -297,7 +299,8 @@ class OuroForCausalLM(OuroPreTrainedModel):
         boundary: str = "norm",
         inputs_embeds: Tensor | None = None,
     ) -> OuroLoopOutput:
-        """One forward of n loops; every step read out at each row's last real position."""
+        """One forward of n loops; every step read out at each row's last real position. The released exit step
+        is computed from every position's gate at once, on the model's device, as the released forward does."""
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
         B, T = ref.shape
         if attention_mask is None:
@@ -315,32 +318,54 @@ class OuroForCausalLM(OuroPreTrainedModel):
             post_n.append(state[rows, last].float().norm(dim=-1))
             g = F.linear(r.float(), gate.weight.float(), gate.bias.float()).squeeze(-1)
             lambdas.append(torch.sigmoid(g))
-            native.append(torch.sigmoid(gate(r).squeeze(-1)))
-        lam = torch.stack(lambdas)
+            native.append(torch.sigmoid(gate(readout).squeeze(-1)))  # (B, T): every position, as released
+        lam, native = torch.stack(lambdas), torch.stack(native)
+        config = self.config
+        released = released_exit_steps(native, config.early_exit_threshold, getattr(config, "early_exit_step", None))
         return OuroLoopOutput(
             logits=torch.stack(logits),
             norm_pre=torch.stack(pre_n),
             norm_post=torch.stack(post_n),
             exit_probs=exit_distribution(lam),
             gate_lambdas=lam,
-            gate_lambdas_native=torch.stack(native),
+            gate_lambdas_native=native[:, rows, last],
+            released_steps=released[:, rows, last],
         )
 
 
-def released_exit_steps(lam: Tensor, threshold: float) -> Tensor:
-    """The loop step (1-based) each row stops at under the released forward's early exit: step by step, as
-    the forward runs, in lam's dtype (every product and sum rounded there), the first step t whose cumulative
-    exit probability sum_{j<=t} lam_j prod_{i<j}(1 - lam_i) reaches `threshold`; else the last step. With
-    n steps available a row stops at min(that step, n). In bf16 the cumulative rounds to 1.0 early (0.999
-    is 1.0), and a saturated gate stops at step 1."""
-    n, B = lam.shape
-    stop = torch.full((B,), n, dtype=torch.long, device=lam.device)
-    cumulative, survive = torch.zeros_like(lam[0]), torch.ones_like(lam[0])
-    for t in range(n):
-        cumulative = cumulative + lam[t] * survive
-        survive = survive * (1 - lam[t])
-        stop = torch.where((cumulative >= threshold) & (stop == n), t + 1, stop)
-    return stop
+def released_exit_steps(lam: Tensor, threshold: float | None, exit_at_step: int | None = None) -> Tensor:
+    """The step (1-based) the released forward reads, for every loop count k = 1..n: lam (n, *P), the exit
+    gate's probabilities in the model's dtype on its device (P: the positions, (B, T) in a forward) ->
+    (n, *P) long, row k - 1 for a forward of k loop steps.
+
+    The released rule, with the same tensor operations in lam's dtype on lam's device: the exit pdf of k
+    steps is p_t = lam_t * R_{t-1} for t < k and p_k = R_{k-1}, with R_0 = 1 and R_t = R_{t-1} * (1 - lam_t),
+    each rounded to lam's dtype; the step read is the first whose `torch.cumsum` reaches `threshold`
+    (compared in lam's dtype: in bf16 a threshold 0.997 is 0.99609375), else step k. `exit_at_step` (config
+    early_exit_step, 0-based) takes precedence when 0 <= exit_at_step < k; a threshold of None reads step k.
+    How `cumsum` accumulates depends on the device (the CPU in float64 for float32 and in float32 for bf16,
+    rounding only its outputs; CUDA by a parallel scan in the dtype itself, a lone row by another kernel), so the
+    step read does too, as the released one does: pass lam with the released forward's shape and device.
+    """
+    n = lam.shape[0]
+    out = torch.empty(lam.shape, dtype=torch.long, device=lam.device)
+    for k in range(1, n + 1):
+        if exit_at_step is not None and 0 <= exit_at_step < k:
+            out[k - 1] = exit_at_step + 1
+            continue
+        if threshold is None:
+            out[k - 1] = k
+            continue
+        terms, survive = [], torch.ones_like(lam[0])
+        for t in range(k - 1):
+            terms.append(lam[t] * survive)
+            survive = survive * (1.0 - lam[t])
+        terms.append(survive)  # the last step takes the remaining mass
+        reached = torch.cumsum(torch.stack(terms, dim=-1), dim=-1) >= threshold  # (*P, k)
+        first = torch.argmax(reached.float(), dim=-1)  # the first step reaching it
+        first[~reached.any(dim=-1)] = k - 1
+        out[k - 1] = first + 1
+    return out
 
 
 def exit_distribution(lam: Tensor) -> Tensor:

@@ -23,8 +23,6 @@ from typing import NamedTuple
 import pandas as pd
 import torch
 
-from engine.ouro.modeling import released_exit_steps
-
 TASKS = ("chain", "parity")
 DEFAULT_DIFFICULTY = {"chain": 3, "parity": 6}
 VARIABLES = "abcdefghjkmnpqrstuvwxyz"  # no i, l, o (look like digits)
@@ -145,10 +143,11 @@ def probe(
     """One row per loop step 1..n with the columns in COLUMNS (shares and accuracies in [0, 1]).
 
     readout "final" reads the answer at step n itself (the loop run n times: what the study measures);
-    "released" reads it where the released forward's early exit stops within n steps (modeling.
-    released_exit_steps with the config's early_exit_threshold, in the model's dtype); `exit_step` is the
-    mean step read. Norms are always those of step n. Prompts go through `fit_prompts` first. `progress`,
-    if given, is called with the number of prompts of each batch once that batch is done.
+    "released" reads it at the step the released forward run with n loop steps reads (modeling.
+    released_exit_steps with the config's early_exit_threshold and early_exit_step, in the model's dtype on
+    its device, over the batch's positions); `exit_step` is the mean step read. Norms are always those of
+    step n. Prompts go through `fit_prompts` first. `progress`, if given, is called with the number of
+    prompts of each batch once that batch is done.
     """
     if readout not in READOUTS:
         raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}.")
@@ -170,9 +169,8 @@ def probe(
             out = model.loop_forward(enc["input_ids"].to(device), enc["attention_mask"].to(device), n_loops, boundary)
             lg = out.logits.float().cpu()  # (n, b, V), reduced at once to what we report
             steps = torch.arange(lg.shape[0])[:, None].expand(-1, lg.shape[1])  # (n, b): the step each n reads
-            if readout == "released":
-                stop = released_exit_steps(out.gate_lambdas_native, model.config.early_exit_threshold).cpu()
-                steps = torch.minimum(steps, stop[None] - 1)
+            if readout == "released":  # computed in the forward, on the model's device
+                steps = out.released_steps.cpu() - 1
                 lg = lg.gather(0, steps[..., None].expand(-1, -1, lg.shape[-1]))
             read_at.append(steps + 1)
             b_opts = opts[start : start + len(batch)]
