@@ -12,7 +12,9 @@ from engine.runtime import settings  # noqa: E402  (torch-free: the first page i
 
 PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app.py runs this file from the root
 
-st.set_page_config(page_title="loopscope", page_icon=":material/autorenew:", layout="wide")
+# the tab icon as an emoji: Streamlit draws it as an inline SVG, where `:material/...:` makes every page fetch it
+# from fonts.gstatic.com (the Material Symbols font itself ships with Streamlit: the other icons stay local)
+st.set_page_config(page_title="loopscope", page_icon="🔁", layout="wide")
 settings.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
 pages = {
     "Results": [

@@ -35,6 +35,8 @@ X_AXES = {  # E4's axis (engine.experiments.e4.AXES; also the URL value) -> (col
 }
 INTEGER_AXES = {"eval_loops", "overshoot_diff", "refit_steps"}
 SET_SEP = " · "  # series of a compared result set: `<series> · <set>`
+LABEL_STEP = 14  # px between the labels of reference points at the same x
+MIN_BAND_SEEDS = 3  # no CI band from fewer seeds: a bootstrap over 2 seeds only restates their range
 
 
 def series_label(arch: str, boundary: str, archs: Sequence[str]) -> str:
@@ -101,13 +103,24 @@ def _reference_layers(refs: pd.DataFrame) -> list[alt.Chart]:
     layers = []
     points, levels = refs[refs["x"].notna()], refs[refs["x"].isna()]
     if len(points):
-        base = alt.Chart(points)
-        layers += [
-            base.mark_point(shape="diamond", size=110, filled=True, color="#000000")
+        layers.append(
+            alt.Chart(points)
+            .mark_point(shape="diamond", size=110, filled=True, color="#000000")
             .encode(x="x:Q", y="y:Q", tooltip=["label:N", "y:Q"])
-            .properties(name="reference"),
-            base.mark_text(align="left", dx=8, dy=-8, fontSize=11).encode(x="x:Q", y="y:Q", text="label:N"),
-        ]
+            .properties(name="reference")
+        )
+        # points sharing an x get their labels LABEL_STEP px apart, the highest point's label on top: two refits
+        # that end at the same level at n = T must not overprint (each label is its own layer: dy is not a channel)
+        points = points.assign(rank=points.groupby("x")["y"].rank(method="first", ascending=False) - 1,
+                               count=points.groupby("x")["y"].transform("size"))  # fmt: skip
+        for i, (_, point) in enumerate(points.iterrows()):
+            dy = LABEL_STEP * (point["rank"] - (point["count"] - 1) / 2)
+            layers.append(
+                alt.Chart(pd.DataFrame([point[["x", "y", "label"]]]))
+                .mark_text(align="left", dx=10, dy=float(dy), baseline="middle", fontSize=11)
+                .encode(x="x:Q", y="y:Q", text="label:N")
+                .properties(name=f"reference-label-{i}")
+            )
     if len(levels):
         base = alt.Chart(levels)
         layers += [
@@ -135,11 +148,13 @@ def curves(
     x_domain: tuple[float, float] | None = None,
     legend_title: str = "mode",
     dash: str | None = None,
+    dash_title: str | None = None,
 ) -> alt.LayerChart:
     """Mean per series against x with its CI band (stats: series, x, mean, ci_low, ci_high, n),
     optional per-seed lines (seeds: series, seed, x, value), budget rule(s), chance and reference marks.
     dash: a column of stats whose values are drawn solid (its first value) and dashed (default: `arch` where
-    both architectures are shown)."""
+    both architectures are shown); dash_title: a legend for it (none by default: the series labels name it).
+    No band where a point averages fewer than MIN_BAND_SEEDS seeds (band_rows)."""
     colors = color_scale(stats["series"]) if len(stats) else alt.Undefined
     scale = alt.Scale(type="log") if y_log else alt.Scale(domain=list(y_domain) if y_domain else alt.Undefined)
     x_scale = alt.Scale(domain=list(x_domain), nice=False) if x_domain else alt.Scale(nice=False)
@@ -159,12 +174,17 @@ def curves(
         alt.Tooltip("n:Q", title="seeds"),
     ]
     # stacked models dashed (the colour legend already names the architecture), or the column asked for
-    if dash is not None:  # the first value solid, the next dashed; the series labels name them
-        dash = alt.StrokeDash(f"{dash}:N", scale=alt.Scale(domain=list(dict.fromkeys(stats[dash]))), legend=None)
+    dash_col = dash
+    if dash is not None:  # the first value solid, the next dashed; the series labels (or dash_title's legend) name them
+        legend = alt.Legend(orient="bottom", symbolType="stroke", symbolStrokeWidth=2) if dash_title else None
+        dash = alt.StrokeDash(f"{dash}:N", scale=alt.Scale(domain=list(dict.fromkeys(stats[dash]))), legend=legend,
+                              title=dash_title or alt.Undefined)  # fmt: skip
     elif "arch" in stats and stats["arch"].nunique() > 1:
-        dash = alt.StrokeDash("arch:N", legend=None)
+        dash, dash_col = alt.StrokeDash("arch:N", legend=None), "arch"
+    band = alt.Chart(band_rows(stats)).encode(x=x_enc, color=color)
+    band = band.encode(detail=f"{dash_col}:N") if dash_col else band  # one band per drawn line, never merged
     layers = [
-        base.mark_area(opacity=0.18)
+        band.mark_area(opacity=0.18)
         .encode(y=alt.Y("ci_low:Q", scale=scale, title=y_title), y2="ci_high:Q")
         # the band is the 95% CI from engine.core.stats (bootstrap over seeds), not Altair's own aggregate
         .properties(name="ci-band"),
@@ -186,6 +206,11 @@ def curves(
     if references is not None and len(references):
         layers += _reference_layers(references)
     return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE).resolve_scale(color="shared")
+
+
+def band_rows(stats: pd.DataFrame) -> pd.DataFrame:
+    """The points of a curve that get a CI band: those averaging at least MIN_BAND_SEEDS seeds."""
+    return stats[stats["n"] >= MIN_BAND_SEEDS] if "n" in stats else stats
 
 
 def delta_chart(
@@ -412,6 +437,8 @@ def caption(
         f"(scipy BCa, percentile fallback where BCa is undefined; 'degenerate' = all seeds equal, no band). "
         f"Intervals drawn: {used}."
     )
+    if n < MIN_BAND_SEEDS:
+        text += f" No band where a point has fewer than {MIN_BAND_SEEDS} seeds: a bootstrap over so few means nothing."
     if chance is not None:
         text += f" Chance level {chance:g} (dotted): labels are exactly balanced."
     return text
@@ -433,9 +460,56 @@ def _export(spec: str, fmt: str) -> bytes:
     return vl_convert.vegalite_to_svg(spec).encode()
 
 
+def titled(chart: alt.TopLevelMixin, title: str, subtitle: str | Sequence[str] = ()) -> alt.TopLevelMixin:
+    """The chart with a title and subtitle lines, for an export that must say what it shows on its own (study,
+    task, level, training distribution); on the page the headings and the caption say it."""
+    lines = [subtitle] if isinstance(subtitle, str) else list(subtitle)
+    return chart.properties(title=alt.TitleParams(text=title, subtitle=[s for s in lines if s] or alt.Undefined,
+                                                  anchor="start", fontSize=14, subtitleFontSize=11))  # fmt: skip
+
+
 def to_png(chart: alt.TopLevelMixin) -> bytes:
     return _export(chart.to_json(), "png")
 
 
 def to_svg(chart: alt.TopLevelMixin) -> bytes:
     return _export(chart.to_json(), "svg")
+
+
+# ---------------------------------------------------------------- E5 (beyond the paper): one builder per part, for
+# the page and the report alike, from engine.experiments.e5.summarize's rows
+
+EFFECT_NAMES = {"run": "run-mode effect R", "train": "train-mode effect M", "agreement": "agreement effect G"}
+
+
+def _series(frame: pd.DataFrame, series) -> pd.DataFrame:
+    columns = ["series", "eval_loops", "mean", "ci_low", "ci_high", "n", "ci_method"]
+    return frame.assign(series=list(series))[columns + [c for c in ("mode",) if c in frame]]
+
+
+def e5_effects(effects: pd.DataFrame, T: int) -> tuple[alt.LayerChart, pd.DataFrame]:
+    """Part 1: R, M and G against n (effects: the `effects` rows of one task, level and training distribution)."""
+    stats = _series(effects, effects["quantity"].map(EFFECT_NAMES))
+    chart = curves(stats, "eval_loops", N_TITLE, "effect on accuracy", budgets=budget_rules(T), y_domain=None,
+                   legend_title="effect")  # fmt: skip
+    return chart, stats
+
+
+def e5_range(acc: pd.DataFrame, T: int) -> tuple[alt.LayerChart, pd.DataFrame]:
+    """Part 2: each model run as trained, one colour per training distribution and one dash per mode (`norm`
+    solid, `none` dashed), so every distribution and mode is its own line (acc: the `accuracy` rows)."""
+    stats = _series(acc.assign(mode=acc["quantity"]), acc["train_loops"])
+    chart = curves(stats, "eval_loops", N_TITLE, "accuracy", budgets=budget_rules(T), chance=CHANCE,
+                   legend_title="trained with", dash="mode", dash_title="mode (run as trained)")  # fmt: skip
+    return chart, stats
+
+
+def e5_rescale(
+    rescale: pd.DataFrame, T: int, refits: pd.DataFrame | None = None
+) -> tuple[alt.LayerChart, pd.DataFrame]:
+    """Part 4: the rescale surgery's recovery against n >= T, E3's refits at n = T as labelled diamonds
+    (refits: x, y, label)."""
+    stats = _series(rescale, ["norm→rescale"] * len(rescale))
+    chart = curves(stats, "eval_loops", N_TITLE, "recovery", budgets=budget_rules(T), y_domain=None,
+                   references=refits, legend_title="surgery")  # fmt: skip
+    return chart, stats

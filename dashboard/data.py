@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard.results import catalog, presets, report_html, results_root, tables_state  # noqa: F401  (re-exported)
+from dashboard.results import catalog, presets, results_root, tables_state  # noqa: F401  (re-exported)
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store
@@ -211,17 +211,24 @@ def _engine_rows(experiment: str, preset_name: str) -> pd.DataFrame | None:
 
 
 def engine_level(choice: str):
-    """A difficulty choice of the page ('in-range mean', ..., or a difficulty) as engine.experiments.e3 names it."""
-    return ENGINE_LEVELS.get(choice) or int(choice)
+    """A difficulty choice of the page ('in-range mean', ..., or a difficulty) as engine.experiments.e3 names it;
+    'held-out mean' is E3's in-range mean where every in-range item is held out (e3_levels)."""
+    return ENGINE_LEVELS.get(choice) or (e3.LEVELS[0] if choice == verdicts.MEAN else int(choice))
 
 
 def e3_levels(rows: pd.DataFrame, metric: str) -> list[str]:
     """The difficulty choices of an E3 metric: recovery is stored for the in-range mean (at difficulty
     e3.IN_RANGE) and per difficulty; accuracy has every level and difficulty."""
     picked = rows[(rows["metric"] == metric) & (rows["difficulty"] != e3.IN_RANGE)]
+    # the second design holds out every in-range item E3 evaluates: its in-range mean is the verdicts' held-out mean
+    # (as the other pages name it); the first design's table has no split and keeps "in-range mean"
+    in_range = picked[picked["range"] == "in-range"] if "range" in picked else picked.iloc[:0]
+    held = "split" in picked and len(in_range) and bool((in_range["split"] == "heldout").all())
+    mean = verdicts.MEAN if held else "in-range mean"
     if metric == "recovery":
-        return ["in-range mean"] + [str(d) for d in sorted(picked["difficulty"].unique())]
-    return [level for level in difficulty_options(picked) if level not in HELD_OUT]  # e3's own levels only
+        return [mean] + [str(d) for d in sorted(picked["difficulty"].unique())]
+    levels = [level for level in difficulty_options(picked) if level not in HELD_OUT]  # e3's own levels only
+    return [mean if level == "in-range mean" else level for level in levels]
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

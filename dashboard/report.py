@@ -7,6 +7,7 @@ drawn by dashboard.charts, converted to SVG offline (vl_convert). The page loads
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html as htmllib
 import json
@@ -21,7 +22,7 @@ from dashboard.results import catalog  # noqa: F401  (one definition, shared wit
 from engine import paper
 from engine.core import stats
 from engine.core.presets import train_ranges
-from engine.experiments import REGISTRY, e3, e4
+from engine.experiments import REGISTRY, e3, e4, verdicts
 
 TITLES = {"e1": "E1 · released Ouro weights", "e2": "E2 · norm vs none, from scratch",
           "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked",
@@ -201,16 +202,25 @@ def e3_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
                               "readout refit steps (optimizer steps)", "recovery (fraction regained)",
                               references=references, y_domain=None, legend_title="refit target")  # fmt: skip
         n = int(at_t["n"].min())
-        what = f"{task}, n = T = {T}, in-range mean (e3.summarize). Black rules: the paper's levels. "
+        stored = rows.loc[rows["difficulty"] == e3.IN_RANGE, "split"] if "split" in rows else pd.Series(dtype=str)
+        held = len(stored) > 0 and bool((stored == "heldout").all())
+        level = "held-out mean, the level the verdicts read" if held else "in-range mean"
+        what = f"{task}, n = T = {T}, {level} (e3.summarize). Black rules: the paper's levels. "
         out.append((f"E3 · {task}: recovery per refit step", chart, charts.caption(n, at_t["ci_method"], None, what)))
     return out
 
 
 def e4_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
+    """Looped vs stacked at matched n / T, at the level the verdicts read: the held-out mean (each seed's accuracy
+    averaged over the held-out in-range difficulties) where the table has held-out items, else all difficulties
+    (the first study's e4.summarize)."""
     out = []
     x, x_title = charts.X_AXES["ratio"]
+    held = results.has_heldout(rows)
+    level = verdicts.MEAN if held else "all difficulties"
     for task in sorted(rows["task"].unique()):
-        curve = e4.curves(rows[rows["task"] == task], "ratio", "accuracy")
+        task_rows = rows[(rows["task"] == task) & ((rows["split"] == "heldout") if held else True)]
+        curve = e4.curves(task_rows, "ratio", "accuracy")
         for mode in ("norm", "none"):
             part = curve[curve["mode"] == mode]
             if part.empty:
@@ -218,9 +228,9 @@ def e4_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
             part = part.rename(columns={"x": x}).assign(series=[f"{a}, {mode}" for a in part["arch"]])
             chart = charts.curves(part, x, x_title, "accuracy (fraction correct)", chance=charts.CHANCE,
                                   budgets=charts.budget_rules(1.0, "n = T"), legend_title="model, mode")  # fmt: skip
-            what = f"{task}, all difficulties, mode {mode} (e4.curves). Items: {_items(rows[rows['task'] == task])}. "
+            what = f"{task}, {level}, mode {mode} (e4.curves). Items: {_items(task_rows)}. "
             cap = charts.caption(int(part["n"].min()), part["ci_method"], charts.CHANCE, what)
-            out.append((f"E4 · {task}: looped vs stacked at matched n / T, mode {mode}", chart, cap))
+            out.append((f"E4 · {task}: looped vs stacked at matched n / T, mode {mode} ({level})", chart, cap))
     return out
 
 
@@ -237,7 +247,56 @@ def e1_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
     return out
 
 
-FIGURES = {"e1": e1_figures, "e2": e2_figures, "e3": e3_figures, "e4": e4_figures}
+def e5_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
+    """E5 at the held-out mean (the level its headline verdicts read), by the page's own builders (charts.e5_*):
+    part 1's effects of fixed-T training, part 2's accuracy per training distribution run as trained, part 3's
+    ladder and part 4's rescale recovery."""
+    from engine.experiments import e5
+
+    summary, out = e5.summarize(rows, preset_name), []
+    level = verdicts.MEAN if verdicts.MEAN in set(summary["level"]) else sorted(summary["level"].unique())[0]
+    for task in sorted(summary["task"].unique()):
+        s = summary[(summary["task"] == task) & (summary["level"] == level)]
+        T = int(s["trained_loops"].iloc[0])
+        at_scale, fixed = e5.own_scale(s), f"fixed:{T}"
+        effects = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == fixed)]
+        if len(effects):
+            chart, stats_ = charts.e5_effects(effects.sort_values("eval_loops"), T)
+            what = f"{task}, {level}, trained `{fixed}`: R, M and G per seed pair (e5.decompose). "
+            cap = charts.caption(int(stats_["n"].min()), stats_["ci_method"], None, what)
+            out.append((f"E5 · {task}: train × run effects ({level}, trained {fixed})", chart, cap))
+        acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])]
+        if len(acc):
+            chart, stats_ = charts.e5_range(acc.sort_values("eval_loops"), T)
+            dists = ", ".join(dict.fromkeys(acc["train_loops"]))
+            what = (
+                f"{task}, {level}: each model run as trained; colour: training distribution ({dists}); "
+                "solid `norm`, dashed `none`. "
+            )
+            cap = charts.caption(int(stats_["n"].min()), stats_["ci_method"], charts.CHANCE, what)
+            out.append((f"E5 · {task}: accuracy per training distribution, run as trained ({level})", chart, cap))
+        ladder = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
+        if ladder[["params", "train_steps"]].drop_duplicates().shape[0] > 1:
+            points = ladder.assign(
+                series=[f"n = {n} ({'T' if n == T else '3T'})" for n in ladder["eval_loops"]],
+                steps=ladder["train_steps"].astype(int).astype(str),
+            )[["series", "params", "steps", "mean", "ci_low", "ci_high", "n"]]
+            what = (f"{task}, {level}: norm − norm→none per seed at n = T and 3T against parameters (reported, not "
+                    f"judged); the E2 model's point averages {int(points['n'].max())} seeds, the other rungs "
+                    f"{int(points['n'].min())}.")  # fmt: skip
+            out.append((f"E5 · {task}: the surgery's damage against scale ({level})",
+                        charts.ladder_chart(points, paper.PAPER_PARAMS), what))  # fmt: skip
+        rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
+        rescale = rescale[rescale["eval_loops"] >= T].sort_values("eval_loops")
+        if len(rescale) and rescale["mean"].notna().any():
+            chart, stats_ = charts.e5_rescale(rescale, T)
+            what = f"{task}, {level}, trained `{fixed}`: the rescale surgery's recovery per seed, damaged seeds only. "
+            out.append((f"E5 · {task}: rescale surgery recovery ({level})", chart,
+                        charts.point_caption(stats_, None, what)))  # fmt: skip
+    return out
+
+
+FIGURES = {"e1": e1_figures, "e2": e2_figures, "e3": e3_figures, "e4": e4_figures, "e5": e5_figures}
 
 
 # ---------------------------------------------------------------- provenance and commands
@@ -263,6 +322,19 @@ def provenance(root: Path, tables: dict[str, str], frames: dict[str, pd.DataFram
                 "created": [m.get("created", "") for m in manifests],
             }
         )
+        refits = []
+        for path in sorted((Path(root) / "refits").glob("*/manifest.json")):  # E3's refits: their own manifests
+            try:
+                refits.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        frame = pd.concat([frame, pd.DataFrame({
+            "experiment": [f"{m.get('experiment', 'e3')} refits" for m in refits],
+            "commit": [str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else "") for m in refits],
+            "machine": [(m.get("machine") or {}).get("cpu", m.get("host", "")) for m in refits],
+            "device": [m.get("device", "") for m in refits],
+            "created": [m.get("created", "") for m in refits],
+        })], ignore_index=True)  # fmt: skip
         grouped = frame.groupby(["experiment", "commit", "machine", "device"], as_index=False).agg(
             runs=("created", "size"), first=("created", "min"), last=("created", "max")
         )
@@ -288,8 +360,34 @@ def provenance(root: Path, tables: dict[str, str], frames: dict[str, pd.DataFram
     return header, body
 
 
-def commands(tables: dict[str, str], frames: dict[str, pd.DataFrame], out: str = "report") -> list[str]:
-    lines = ["pip install -e ."]
+INSTALL = "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e .  # README: the torch pin first"
+
+
+def e1_command(root: Path, slug: str, tasks: str) -> list[str]:
+    """The commands that made an E1 table, from its probe manifest (`e1-<slug>.json`): the model (a demonstration
+    trained here first, `python -m engine.ouro.demo`) and the probe's settings."""
+    try:
+        m = json.loads((Path(root) / f"e1-{slug}.json").read_text())
+    except (OSError, ValueError):
+        return [f"loopscope ouro --task {tasks}  # e1-{slug}.json is missing: the model and settings are unknown"]
+    model = m.get("model", {})
+    settings = [t.get("settings", {}) for t in m.get("tasks", {}).values()]
+    first = settings[0] if settings else {}
+    difficulty = ",".join(f"{s['task']}={s['difficulty']}" for s in settings if "task" in s and "difficulty" in s)
+    loops = first.get("loops") or []
+    command = f"loopscope ouro --model {model.get('hub_id') or model.get('spec', slug)} --task {tasks}"
+    command += f" --difficulty {difficulty}" if difficulty else ""
+    command += f" --loops {min(loops)}-{max(loops)}" if loops else ""
+    command += f" --prompts {first['prompts']}" if "prompts" in first else ""
+    command += f" --readout {first['readout']}" if "readout" in first else ""
+    trained = ["python -m engine.ouro.demo  # trains the demonstration model"] if model.get("training") else []
+    return [*trained, command]
+
+
+def commands(
+    tables: dict[str, str], frames: dict[str, pd.DataFrame], out: str = "report", root: Path | None = None
+) -> list[str]:
+    lines = [INSTALL]
     for experiment, preset_name in tables.items():
         rows = frames[experiment]
         seeds = sorted(int(s) for s in rows["seed"].unique())
@@ -298,7 +396,7 @@ def commands(tables: dict[str, str], frames: dict[str, pd.DataFrame], out: str =
         if experiment in REGISTRY:
             lines.append(f"loopscope run {experiment} --preset {preset_name} --seeds {span} --tasks {tasks}")
         elif experiment == "e1":
-            lines.append(f"loopscope ouro --model <checkpoint for {preset_name}> --task {tasks}")
+            lines += e1_command(Path(root or "."), preset_name, tasks)
     presets = set(tables.values())
     return [*lines, f"loopscope report --out {out}" + (f" --preset {presets.pop()}" if len(presets) == 1 else "")]
 
@@ -364,10 +462,23 @@ def html(root: Path, preset_name: str | None = None) -> str:
     if tables:
         header, body = provenance(root, tables, frames)
         parts.append(f"<h2>Provenance</h2>{_table_html(header, body)}")
-        parts.append("<h2>Reproduce</h2><pre>" + _esc("\n".join(commands(tables, frames))) + "</pre>")
+        parts.append("<h2>Reproduce</h2><pre>" + _esc("\n".join(commands(tables, frames, root=root))) + "</pre>")
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>loopscope report</title>'
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_html(root: str, preset_name: str | None, state: tuple) -> bytes:
+    return html(Path(root), preset_name).encode()
+
+
+def html_bytes(preset_name: str | None = None, root: Path | None = None) -> bytes:
+    """The report of the results folder (dashboard.results.results_root unless given) as `loopscope report` writes
+    it, kept per state of its tables: the overview's download. Only this module imports dashboard.results, never
+    the other way round."""
+    root = Path(root) if root is not None else results.results_root()
+    return _cached_html(str(root), preset_name, results.tables_state(root))
 
 
 def write(out: Path, root: Path, preset_name: str | None = None) -> Path:

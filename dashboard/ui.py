@@ -28,22 +28,56 @@ STUDY_HELP = (
 )
 
 
+def _ignored_link(key: str, options: Sequence, multi: bool = False) -> list[str]:
+    """The values a link's URL parameter `key` gives that no option of its widget has (Streamlit drops them
+    silently and shows the default), read before the widget is made; [] when the link matches or is silent."""
+    given = [v for v in st.query_params.get_all(key) if v != ""]
+    valid = {str(o) for o in options}
+    return [v for v in (given if multi else given[:1]) if v not in valid]
+
+
+def _link_notice(label: str, key: str, ignored: list[str], shown) -> None:
+    """Say which link parameter was ignored and what is shown instead; kept for the session (Streamlit strips
+    the bad value from the URL at once) until the reader changes the widget."""
+    notes = st.session_state.setdefault("_link_notices", {})
+    if ignored:
+        notes[key] = (ignored, shown)
+    if key not in notes:
+        return
+    ignored, was = notes[key]
+    if was != shown:  # the reader chose something: the notice has served its purpose
+        del notes[key]
+        return
+    values = ", ".join(f"`{key}={v}`" for v in ignored)
+    what = ", ".join(map(str, shown)) if isinstance(shown, list) else shown
+    st.warning(f"This link's {values} matches no {label} here: it was ignored, and **{what}** is shown instead.")
+
+
 def select(label: str, options: Sequence, key: str, default=None, **kw):
     options = list(options)
     index = options.index(default) if default in options else 0
-    return st.selectbox(label, options, index=index, key=key, bind="query-params", **kw)
+    ignored = _ignored_link(key, options)
+    value = st.selectbox(label, options, index=index, key=key, bind="query-params", **kw)
+    _link_notice(label, key, ignored, value)
+    return value
 
 
 def one_of(label: str, options: Sequence[str], key: str, default: str | None = None, **kw) -> str:
     options = list(options)
     default = default if default in options else options[0]
-    return st.segmented_control(label, options, default=default, required=True, key=key, bind="query-params", **kw)
+    ignored = _ignored_link(key, options)
+    value = st.segmented_control(label, options, default=default, required=True, key=key, bind="query-params", **kw)
+    _link_notice(label, key, ignored, value)
+    return value
 
 
 def some_of(label: str, options: Sequence[str], key: str, default: Sequence[str] | None = None, **kw) -> list[str]:
     options = list(options)
     default = [o for o in (default if default is not None else options) if o in options]
-    return st.pills(label, options, selection_mode="multi", default=default, key=key, bind="query-params", **kw)
+    ignored = _ignored_link(key, options, multi=True)
+    value = st.pills(label, options, selection_mode="multi", default=default, key=key, bind="query-params", **kw)
+    _link_notice(label, key, ignored, list(value))
+    return value
 
 
 def toggle(label: str, key: str, default: bool = False, **kw) -> bool:
@@ -96,12 +130,27 @@ def not_run_yet(what: str, command: str, problems: Sequence[str] = ()) -> None:
     st.code(command, language="bash")
 
 
-def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: str) -> None:
-    """A chart, its caption, and downloads: PNG and SVG (rendered on click) and the plotted data as CSV."""
+def export_subtitle(caption: str, width: int = 110) -> list[str]:
+    """The caption's first sentence, wrapped to lines of about `width` characters (a figure's export subtitle)."""
+    first = caption.split(". ")[0].rstrip(".") + "."
+    lines, line = [], ""
+    for word in first.split():
+        if line and len(line) + len(word) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line} {word}".strip()
+    return [*lines, line] if line else lines
+
+
+def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: str, title: str | None = None) -> None:
+    """A chart, its caption, and downloads: PNG and SVG (rendered on click) and the plotted data as CSV. The PNG
+    and SVG carry a title (`title`: what, study, task, level; else the file name) and the caption's first
+    sentence, so an exported figure says what it shows on its own."""
     from dashboard import charts
 
     st.altair_chart(chart, width="stretch")
     st.caption(caption)
+    chart = charts.titled(chart, title or name, export_subtitle(caption))
     png, svg, csv = st.columns(3, gap="small", width=360)
     png.download_button(
         "PNG",

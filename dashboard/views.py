@@ -176,7 +176,13 @@ def e4_budgets(rows: pd.DataFrame, axis: str, mode: str) -> pd.DataFrame:
 
 
 def delta_section(
-    per_seed: pd.DataFrame, x: str, x_title: str, budgets: pd.DataFrame | None, name: str, note: str = ""
+    per_seed: pd.DataFrame,
+    x: str,
+    x_title: str,
+    budgets: pd.DataFrame | None,
+    name: str,
+    note: str = "",
+    title: str | None = None,
 ) -> None:
     """Cliff's delta none vs norm per x, over seeds, with the magnitude bands and a caption."""
     if not {"norm", "none"} <= set(per_seed["boundary"]):
@@ -193,7 +199,7 @@ def delta_section(
         + ", else large. p: two-sided Mann–Whitney U (in the CSV and tooltips)."
         + note
     )
-    ui.figure(chart, summary, name, caption)
+    ui.figure(chart, summary, name, caption, title)
 
 
 def seed_differences(per_seed: pd.DataFrame, x: str, col: str, a: str, b: str) -> pd.DataFrame:
@@ -214,6 +220,7 @@ PAIRED_COLUMNS = {
     "wilcoxon_p_holm": _number("Holm p", "%.3g"),
     "cliffs_delta": _number("Cliff's δ (unpaired)", "%+.3f"),
     "mann_whitney_p": _number("Mann–Whitney p", "%.3g"),
+    "tost_p": _number("TOST p (post hoc)", "%.3g"),
 }
 
 
@@ -227,6 +234,7 @@ def paired_section(
     budgets: pd.DataFrame | None,
     name: str,
     what: str,
+    title: str | None = None,
 ) -> pd.DataFrame | None:
     """The paired view: a - b of the same seed per x, one thin line per seed, the mean with its 95% CI, zero
     and T marked (charts.paired_chart), from engine.core.stats.paired_summary (Wilcoxon signed-rank, Holm
@@ -245,7 +253,7 @@ def paired_section(
         f"black: their mean with a 95% bootstrap CI over seeds (engine.core.stats.paired_summary). Wilcoxon "
         "signed-rank p, Holm-corrected within the README's families, in the table and the tooltips."
     )
-    ui.figure(chart, summary, name, caption)
+    ui.figure(chart, summary, name, caption, title)
     return summary
 
 
@@ -303,6 +311,7 @@ def compare_section(
     name: str,
     what: str,
     budgets: pd.DataFrame | None = None,
+    title: str | None = None,
     **curve_kw,
 ) -> None:
     """Two result sets overlaid (each set's series dashed differently), then the difference of their means
@@ -316,7 +325,7 @@ def compare_section(
         f"{what}Solid: {first}; dashed: {second}; each the mean over its own seeds with its 95% bootstrap CI "
         "over seeds."
     )
-    ui.figure(chart, both, f"{name}-compare", caption)
+    ui.figure(chart, both, f"{name}-compare", caption, f"{title} · {first} vs {second}" if title else None)
     keys = ["series", x]
     diffs = stats_a[[*keys, "mean"]].merge(stats_b[[*keys, "mean"]], on=keys, suffixes=("_a", "_b"))
     diffs = diffs.assign(diff=diffs["mean_a"] - diffs["mean_b"])
@@ -328,7 +337,7 @@ def compare_section(
         f"Difference of the means per x, {first} − {second}. Cliff's δ ({first} vs {second}, over seeds) with its "
         "95% bootstrap CI and the two-sided Mann–Whitney p per x are in the CSV."
     )
-    ui.figure(chart, diffs, f"{name}-difference", caption)
+    ui.figure(chart, diffs, f"{name}-difference", caption, f"{title} · {first} − {second}" if title else None)
 
 
 def n_per_series(per_seed: pd.DataFrame) -> int:
@@ -336,16 +345,26 @@ def n_per_series(per_seed: pd.DataFrame) -> int:
 
 
 def norm_growth_table(rows: pd.DataFrame, modes: Sequence[str]) -> pd.DataFrame:
-    """data.norm_growth per mode and range, at n = T and at the largest n."""
-    growth = data.norm_growth(rows, tuple(modes))
-    if growth.empty:
-        return growth
-    T, last = int(rows["trained_loops"].max()), int(growth["eval_loops"].max())
-    wide = growth[growth["eval_loops"].isin([T, last])].pivot_table(
-        index=["mode", "range"], columns="eval_loops", values="norm_ratio", sort=False
-    )
-    names = {T: f"max/min over steps 1..T = {T}", last: f"max/min over steps 1..{last}"}
-    return wide.rename(columns=names).reset_index().rename_axis(columns=None)
+    """Claim (d)'s state-norm growth for each mode at the chosen difficulties, by the verdicts' one definition
+    (engine.experiments.verdicts.norm_ratios: per seed, the norm per step averaged over the chosen difficulties,
+    max/min over steps 1..n; ratio_summary over seeds): at n = T and at the largest n."""
+    from engine.experiments import verdicts
+
+    looped = rows[rows["arch"] == "looped"] if "arch" in rows else rows
+    if looped.empty or not (looped["metric"] == "norm_post").any():
+        return pd.DataFrame()
+    T, last = int(looped["trained_loops"].max()), int(looped["eval_loops"].max())
+    out = []
+    for mode in modes:
+        part = looped[looped["boundary"] == mode]
+        for upto in dict.fromkeys((T, last)):
+            s = verdicts.ratio_summary(verdicts.norm_ratios(part, upto))
+            if s["seeds"]:
+                out.append({"mode": mode, "steps": f"1..{upto}" + (" (T)" if upto == T else ""),
+                            "worst seed max/min": s["worst"], "worst seed": s["worst_seed"],
+                            "median max/min": s["median"], "mean max/min": s["mean"],
+                            f"within {paper.SURGERY_NORM_BOUND:g}×": f"{s['within']} of {s['seeds']}"})  # fmt: skip
+    return pd.DataFrame(out)
 
 
 def modes_picker(rows: pd.DataFrame, default: Sequence[str] | None = None) -> list[str]:
@@ -361,11 +380,13 @@ def norms_section(
     name_prefix: str,
     tokens: pd.DataFrame | None = None,
     items: str | None = None,
+    context: str | None = None,
 ) -> tuple[str, pd.DataFrame, pd.DataFrame] | None:
     """State norm per step beside the top-token share per step, for the chosen task, difficulty and modes.
     tokens: the decoded top token per mode and step, where the rows' token ids are not engine.core.tasks'.
     items: the captions' sentence on where the items come from, where the rows' `split` does not say (E1).
-    Returns the state-norm metric shown with its curves and per-seed values (None when nothing is drawn)."""
+    context: the exports' title after the figure's name (study, task, level). Returns the state-norm metric shown
+    with its curves and per-seed values (None when nothing is drawn)."""
     left, right = st.columns(2)
     with left:
         metric = ui.select(
@@ -401,13 +422,16 @@ def norms_section(
         )
         what = "Mean state norm at the answer position, averaged over the chosen difficulties. "
         caption = charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
-        ui.figure(chart, stats, f"{name}-{metric}", caption + items)
+        title = f"State norm per step ({metric}) · {context}" if context else None
+        ui.figure(chart, stats, f"{name}-{metric}", caption + items, title)
         growth = norm_growth_table(rows[data.level_mask(rows, difficulty)], modes)
         if len(growth):
             st.dataframe(growth, hide_index=True, width="stretch", column_config=_ratio_format(growth))
             st.caption(
-                "State-norm growth: max/min of `norm_post` over steps 1..n, the worst seed and difficulty of the "
-                "chosen ones (engine.experiments.e2.surgery_summary: claim (d) reads it for `norm->none` at n = T). "
+                "State-norm growth, one definition (engine.experiments.verdicts.norm_ratios): per seed, `norm_post` "
+                "at each step averaged over the chosen difficulties, then max/min over steps 1..n; over seeds the "
+                "worst seed (the one claim (d)'s verdict reads: the norm must stay bounded for every seed), the "
+                "median and the mean. Claim (d)'s card shows the `norm->none` row at n = T at the held-out mean. "
                 f"Paper (Ouro, norm removed): within {paper.SURGERY_NORM_RATIO}×."
             )
     with share_col:
@@ -426,7 +450,8 @@ def norms_section(
         what = "1.0: the head gives one token for every example (it has committed). "
         caption = charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
         caption += " Labels are exactly balanced, so a correct model's share is 0.5 (dotted)."
-        ui.figure(chart, stats, f"{name}-top_token_share", caption + items)
+        title = f"Top-token share per step · {context}" if context else None
+        ui.figure(chart, stats, f"{name}-top_token_share", caption + items, title)
         tokens = top_tokens(rows, difficulty) if tokens is None else tokens[tokens["mode"].isin(modes)]
         if len(tokens):
             st.dataframe(tokens, hide_index=True, width="stretch")
@@ -446,4 +471,4 @@ def top_tokens(rows: pd.DataFrame, difficulty: str) -> pd.DataFrame:
 
 
 def _ratio_format(ratios: pd.DataFrame) -> dict:
-    return {c: st.column_config.NumberColumn(c, format="%.3f×") for c in ratios.columns if "max/min" in c}
+    return {c: st.column_config.NumberColumn(c, format="%.2f×") for c in ratios.columns if "max/min" in c}

@@ -87,9 +87,9 @@ def test_the_overview_offers_the_same_report(monkeypatch, report, tmp_path):
     at.run()
     assert not at.exception
     (button,) = [b for b in at.get("download_button") if b.proto.label == "Download report"]
-    from dashboard import results
+    from dashboard import report as module
 
-    offered = results.report_html(PRESET)  # what the button's callable returns for the chosen study (on click)
+    offered = module.html_bytes(PRESET)  # what the button's callable returns for the chosen study (on click)
     drop_date = lambda t: t.split("written", 1)[0] + t.split("UTC.", 1)[1]  # noqa: E731  (the time it was written)
     assert drop_date(offered.decode()) == drop_date(report.read_text())
 

@@ -56,7 +56,8 @@ split = views.split_note(rows, task, difficulty)
 st.subheader(f"{task}: {metric.replace('_', ' ')} per n ({label})")
 what = "Lines: mean over seeds of the metric averaged over the chosen difficulties. "
 caption = charts.caption(views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE, what) + split
-ui.figure(chart, stats, name, caption)
+context = f"{experiment.upper()} · study {table.preset} · {task} · {label}"
+ui.figure(chart, stats, name, caption, f"{metric.replace('_', ' ')} per n · {context}")
 
 first = picked[picked["arch"] == archs[0]]
 seeds_first = per_seed[per_seed["arch"] == archs[0]]
@@ -64,13 +65,14 @@ T = int(first["trained_loops"].max())
 delta_col, paired_col = st.columns(2)
 with delta_col:
     st.subheader(f"Cliff's δ per n, none vs norm ({archs[0]})")
-    views.delta_section(seeds_first, "eval_loops", charts.N_TITLE, views.budgets_of(first), f"{name}-delta", split)
+    views.delta_section(seeds_first, "eval_loops", charts.N_TITLE, views.budgets_of(first), f"{name}-delta", split,
+                        f"Cliff's δ none vs norm per n · {context}")  # fmt: skip
 with paired_col:
     st.subheader(f"Paired per seed: none − norm ({archs[0]})")
     summary = views.paired_section(
         seeds_first, "eval_loops", charts.N_TITLE, "boundary", ("none", "norm"), T, views.budgets_of(first),
         f"{name}-paired", f"{task}, {label}, {metric.replace('_', ' ')}: a seed's two models share its initial "
-        f"weights and training data.{split} ",
+        f"weights and training data.{split} ", f"Paired none − norm per n · {context}",
     )  # fmt: skip
 if summary is not None:
     st.subheader("Both analyses per n")
@@ -92,4 +94,5 @@ if other is not None:
         {this_label: (stats, per_seed), other_label: (other_stats, other_seeds)},
         "eval_loops", charts.N_TITLE, views.METRIC_TITLES[metric], name, note,
         budgets=views.compare_budgets({this_label: first, other_label: other_picked}), chance=charts.CHANCE,
+        title=f"{metric.replace('_', ' ')} per n · {context}",
     )  # fmt: skip

@@ -11,7 +11,6 @@ from engine import paper
 from engine.experiments import e5
 
 COMMAND = "loopscope run e5 --preset cpu --seeds 16 --workers 2"
-EFFECT_NAMES = {"run": "run-mode effect R", "train": "train-mode effect M", "agreement": "agreement effect G"}
 
 st.title("Agreement tested directly (E5, beyond the paper)")
 st.markdown(
@@ -42,15 +41,11 @@ T = int(s["trained_loops"].iloc[0]) if len(s) else 0
 at_scale = e5.own_scale(s)  # parts 1, 2, 4: E2's model size
 held = "" if results.has_heldout(table.rows) else " (no held-out items at this preset: in-range items)"
 name = f"e5-{table.preset}-{task}-{level}".replace(" ", "_")
+context = f"E5 · study {table.preset} · {task} · {level}"
 
 verdicts = [c for c in results.claims("e5", table.preset)["claims"] if c["task"] == task and c["level"] == level]
 if verdicts:
     st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
-
-
-def series_stats(frame: pd.DataFrame, series: pd.Series) -> pd.DataFrame:
-    columns = ["series", "eval_loops", "mean", "ci_low", "ci_high", "n", "ci_method"]
-    return frame.assign(series=series.to_numpy())[columns]
 
 
 st.header("1 · Train mode × run mode")
@@ -61,18 +56,17 @@ effects = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] ==
 if effects.empty:
     st.info(f"No seed pair of `{spec}` has all four cells (trained norm/none × run norm/none).")
 else:
-    stats = series_stats(effects, effects["quantity"].map(EFFECT_NAMES))
-    chart = charts.curves(
-        stats, "eval_loops", charts.N_TITLE, "effect on accuracy", budgets=charts.budget_rules(T),
-        y_domain=None, legend_title="effect",
-    )  # fmt: skip
+    chart, stats = charts.e5_effects(effects, T)
     what = (
         f"{task}, {level}{held}, trained `{spec}`. Per seed pair, with A(train, run) the accuracy: "
         "R = ½[A(norm,none) + A(none,none) − A(norm,norm) − A(none,norm)], M = ½[A(none,norm) + A(none,none) − "
         "A(norm,norm) − A(norm,none)], G = ½[A(norm,norm) + A(none,none) − A(norm,none) − A(none,norm)]: run as "
         "trained minus run the other way (engine.experiments.e5.decompose). "
     )
-    ui.figure(chart, effects, f"{name}-effects", charts.caption(int(stats["n"].min()), stats["ci_method"], None, what))
+    caption = charts.caption(int(stats["n"].min()), stats["ci_method"], None, what)
+    spec_name = spec.replace(":", "_")  # each training distribution its own file
+    title = f"Train × run effects · {context} · trained {spec}"
+    ui.figure(chart, effects, f"{name}-effects-{spec_name}", caption, title)
 
 st.header("2 · Training over a range of loop counts")
 acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])].sort_values("eval_loops")
@@ -81,15 +75,17 @@ acc = acc[acc["train_loops"].isin(chosen)]
 if acc.empty:
     st.info("Choose at least one distribution.")
 else:
-    stats = series_stats(acc, acc["train_loops"] + ", " + acc["quantity"])
-    chart = charts.curves(
-        stats, "eval_loops", charts.N_TITLE, "accuracy", budgets=charts.budget_rules(T), chance=charts.CHANCE,
-        legend_title="trained with, mode",
-    )  # fmt: skip
-    what = f"{task}, {level}{held}: each model run as trained. Dashed rule: n = T of the fixed budget. "
+    chart, stats = charts.e5_range(acc, T)
+    what = (
+        f"{task}, {level}{held}: each model run as trained; colour: the training distribution, solid `norm`, "
+        "dashed `none`. Dashed rule: n = T of the fixed budget. "
+    )
     caption = charts.caption(int(stats["n"].min()), stats["ci_method"], charts.CHANCE, what)
-    ui.figure(chart, acc, f"{name}-range", caption)
-gap = at_scale[at_scale["part"] == "range"].sort_values(["train_loops", "eval_loops"])
+    dists = "_".join(c.replace(":", "_") for c in chosen)
+    title = f"Accuracy run as trained · {context} · trained {', '.join(chosen)}"
+    ui.figure(chart, acc, f"{name}-range-{dists}", caption, title)
+gap = at_scale[(at_scale["part"] == "range") & at_scale["train_loops"].isin(chosen)]  # the pills choose the rows too
+gap = gap.sort_values(["train_loops", "eval_loops"])
 st.dataframe(
     gap[["train_loops", "eval_loops", "in_range", "mean", "ci_low", "ci_high", "n", "wilcoxon_p", "wilcoxon_p_holm"]],
     hide_index=True,
@@ -122,7 +118,8 @@ else:
         f"per seed, mean with its 95% bootstrap CI), at n = T and 3T, against parameters; dashed: the paper's "
         f"{paper.PAPER_PARAMS / 1e6:.0f}M. Reported, not judged."
     )
-    ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what)
+    ladder_title = f"Surgery damage against scale · {context}"
+    ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
 
 st.header("4 · The rescale surgery")
 rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)].sort_values("eval_loops")
@@ -130,23 +127,21 @@ rescale = rescale[rescale["eval_loops"] >= T]
 if rescale.empty or rescale["mean"].isna().all():
     st.info(f"No seed lost ≥ {paper.MIN_REFIT_GAP} to the surgery at this level: nothing to recover.")
 else:
-    stats = series_stats(rescale, pd.Series(["norm→rescale"] * len(rescale)))
     references = None
     if table.preset in results.presets("e3"):
-        refits, _ = data.e3_curves(table.preset, "recovery", "in-range mean")
+        refit_level = data.e3_levels(data.table("e3", table.preset).rows, "recovery")[0]  # E3's stored mean
+        refits, _ = data.e3_curves(table.preset, "recovery", refit_level)
         if refits is not None and len(refits):
             last = refits[(refits["task"] == task) & (refits["eval_loops"] == T)]
             last = last[last["refit_steps"] == last["refit_steps"].max()]
             labels = [f"E3 {t}, {int(k)} steps" for t, k in last[["refit_target", "refit_steps"]].to_numpy()]
             references = pd.DataFrame({"x": [float(T)] * len(last), "y": last["mean"].to_numpy(), "label": labels})
-    chart = charts.curves(
-        stats, "eval_loops", charts.N_TITLE, "recovery", budgets=charts.budget_rules(T), y_domain=None,
-        references=references, legend_title="surgery",
-    )  # fmt: skip
+    chart, stats = charts.e5_rescale(rescale, T, references)
     what = (
         f"{task}, {level}{held}: (A(norm→rescale) − A(norm→none)) / (A(norm) − A(norm→none)) per seed, over the "
         f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP} at that n; the boundary norm replaced by g · Block(h) / s_t, "
         "s_t the model's mean state RMS at step t on training items (no parameter added). Diamonds: E3's refits at "
-        "n = T (in-range mean, the last refit step). "
+        f"n = T ({refit_level if references is not None else 'none'}, the last refit step). "
     )
-    ui.figure(chart, rescale, f"{name}-rescale", charts.point_caption(stats, None, what))  # damaged seeds vary by n
+    caption = charts.point_caption(stats, None, what)  # damaged seeds vary by n
+    ui.figure(chart, rescale, f"{name}-rescale", caption, f"Rescale surgery recovery · {context} · trained {fixed}")

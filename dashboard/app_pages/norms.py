@@ -22,7 +22,8 @@ with left:
     modes = views.modes_picker(rows)
 with right:
     other = views.comparison("e2", table.preset)
-shown = views.norms_section(rows, task, difficulty, modes, f"e2-{table.preset}")
+context = f"E2 · study {table.preset} · {task} · {views.difficulty_label(rows, task, difficulty)}"
+shown = views.norms_section(rows, task, difficulty, modes, f"e2-{table.preset}", context=context)
 
 if other is not None and shown is not None:
     (other_table, other_label, this_label), (metric, stats, per_seed) = other, shown
@@ -40,4 +41,5 @@ if other is not None and shown is not None:
         {this_label: (stats, per_seed), other_label: (other_stats, other_seeds)},
         "eval_loops", charts.N_TITLE, views.METRIC_TITLES[metric], f"e2-{table.preset}-{task}-{metric}", note,
         budgets=views.compare_budgets({this_label: rows, other_label: picked}), y_domain=None,
+        title=f"State norm per step ({metric}) · {context}",
     )  # fmt: skip

@@ -54,7 +54,7 @@ if table is None or table.rows is None:
         f"reports the state norm within a factor {paper.SURGERY_NORM_RATIO} over the steps. "
         "No seeds, no CI: not a measurement."
     )
-    ui.figure(chart, PAPER_MARKS, "e1-paper-reference", caption)
+    ui.figure(chart, PAPER_MARKS, "e1-paper-reference", caption, "E1 · the paper's reported figures (references)")
     st.stop()
 
 manifest, problem = data.e1_manifest(table.preset)
@@ -135,7 +135,11 @@ chart = charts.curves(
 label = views.difficulty_label(rows, task, difficulty)
 what = f"{table.preset}, {task}, {label}; one checkpoint, so one 'seed'. Black diamond: the paper's figure. "
 caption = charts.caption(views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE, what)
-ui.figure(chart, stats, f"e1-{table.preset}-{task}-{metric}-{difficulty}".replace(" ", "_"), caption + items)
+context = f"E1 · {table.preset} · {task} · {difficulty}"
+name = f"e1-{table.preset}-{task}-{metric}-{difficulty}".replace(" ", "_")
+ui.figure(chart, stats, name, caption + items, f"{metric.replace('_', ' ')} per n · {context}")
 
 st.header("State norm and the head's commitment")
-views.norms_section(rows, task, difficulty, modes, f"e1-{table.preset}", data.e1_top_tokens(manifest, task), items)
+views.norms_section(
+    rows, task, difficulty, modes, f"e1-{table.preset}", data.e1_top_tokens(manifest, task), items, context
+)

@@ -110,6 +110,7 @@ def beyond_section(experiment: str, preset: str | None) -> None:
     for c in found["claims"]:
         grouped.setdefault((c["task"], c["claim"]), []).append(c)
     for i, ((task, claim), levels) in enumerate(grouped.items()):
+        levels = sorted(levels, key=lambda c: results.LEVELS.index(c["level"]) if c["level"] in results.LEVELS else 9)
         if i % 2 == 0:
             columns = st.columns(2)
         with columns[i % 2], st.container(border=True):
@@ -202,6 +203,13 @@ def section(experiment: str, preset: str | None) -> None:
                 card(title, c["text"], c["paper"], c["measured"], found["scale"], bool(c["reproduced"]), to)
 
 
+def report_html(study: str | None) -> bytes:
+    """The static report, built on click (dashboard.report imports the engine: not on this page's way)."""
+    from dashboard import report
+
+    return report.html_bytes(study)
+
+
 st.title("loopscope: does depth stay reusable?")
 st.markdown(
     "*Agreement rather than normalisation keeps depth reusable in looped language models.* Each card is one "
@@ -212,7 +220,7 @@ study = ui.pick_study(studies, key="study")  # not `preset`: Streamlit drops a l
 if studies:
     st.download_button(
         "Download report",
-        data=lambda: results.report_html(study),
+        data=lambda: report_html(study),
         file_name="loopscope-report.html",
         mime="text/html",
         key="report",

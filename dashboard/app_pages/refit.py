@@ -93,19 +93,27 @@ caption = charts.point_caption(stats, charts.CHANCE if metric == "accuracy" else
 measured = task_rows[task_rows["metric"] == metric]  # the rows behind the figure, for their split
 if metric == "recovery":  # the in-range mean's recovery is stored at difficulty e3.IN_RANGE, the others apart
     in_range = measured["difficulty"] == e3.IN_RANGE
-    measured = measured[in_range] if difficulty == "in-range mean" else measured[~in_range]
+    measured = measured[in_range] if difficulty in ("in-range mean", data.HELD_OUT[0]) else measured[~in_range]
 caption += views.split_note(measured, task, difficulty)
-ui.figure(chart, stats, f"e3-{table.preset}-{task}-{metric}-n{n}-{difficulty}".replace(" ", "_"), caption)
+title = f"E3 {metric} per refit step · study {table.preset} · {task} · {label} · n = {n}"
+ui.figure(chart, stats, f"e3-{table.preset}-{task}-{metric}-n{n}-{difficulty}".replace(" ", "_"), caption, title)
 
 st.subheader("Where each target ends")
 ends = e3.final(at_n[at_n["refit_target"] != e3.ORIGINAL])
 columns = ["refit_target", "refit_steps", "mean", "ci_low", "ci_high", "n", "n_guarded", "plateau"]
-columns += [c for c in ("pooled", "same_as") if c in ends]
+# pooled: the recovery of the seed-mean accuracies, NaN where their gap is below MIN_REFIT_GAP: a column of blanks
+# says nothing, so it is shown only where some target has one
+columns += [c for c in ("pooled", "same_as") if c in ends and (ends[c].notna() & (ends[c].astype(str) != "")).any()]
 st.dataframe(ends[columns], hide_index=True, column_config=views.E3_COLUMNS)
 source = "e3.summarize (the table the claims read)" if "pooled" in ends else "e3.curves"
 st.caption(
     f"{views.METRIC_TITLES[metric]} at the last refit step ({task}, n = {n}, {label}), from engine.experiments."
     f"{source}: mean over seeds with its 95% bootstrap CI; plateau: each of the last {paper.PLATEAU_WINDOW} "
     f"doublings of steps moves the mean by < {paper.PLATEAU_TOL} (verdicts.plateaued)."
-    + (" pooled: the recovery of the seed-mean accuracies." if "pooled" in ends else "")
+    + (" pooled: the recovery of the seed-mean accuracies." if "pooled" in columns else "")
+    + (
+        f" pooled is not shown: the seed-mean accuracy fell by less than {paper.MIN_REFIT_GAP} here (nothing to pool)."
+        if "pooled" in ends and "pooled" not in columns
+        else ""
+    )
 )

@@ -7,8 +7,9 @@ import streamlit as st
 
 from dashboard import charts, data, results, ui, views
 from engine import paper
+from engine.core import stats as stats_
 from engine.core.model import BOUNDARIES
-from engine.experiments import e4
+from engine.experiments import e4, verdicts
 
 st.title("Looped vs stacked (E4)")
 st.markdown(
@@ -61,7 +62,8 @@ label = views.difficulty_label(rows, task, difficulty)
 split = views.split_note(rows, task, difficulty)
 what = f"{task}, {label}, mode {mode} (engine.experiments.e4.curves). Stacked dashed; dashed rule(s): n = T. "
 caption = charts.caption(int(stats["n"].min()) if len(stats) else 0, stats["ci_method"], charts.CHANCE, what)
-ui.figure(chart, stats, name, caption + split)
+context = f"E4 · study {table.preset} · {task} · {label} · mode {mode}"
+ui.figure(chart, stats, name, caption + split, f"Looped vs stacked, {metric.replace('_', ' ')} · {context}")
 
 st.subheader(f"Looped against stacked at matched {e4.AXES[axis]}")
 pair = gaps[gaps["mode"] == mode].rename(columns={"x": x})
@@ -80,14 +82,14 @@ with delta_col:
         + ", ".join(f"< {cut} {name}" for cut, name in paper.DELTA_MAGNITUDES)
         + ", else large)."
     )
-    ui.figure(chart, pair, f"{name}-delta", caption + split)
+    ui.figure(chart, pair, f"{name}-delta", caption + split, f"Cliff's δ looped vs stacked · {context}")
 with paired_col:
     family = {"n": "n = 2..3T (n = 1 alone)", "ratio": "o = 1, 2, 3", "difference": "n − T > 0 (0 alone)"}[axis]
     summary = views.paired_section(
         per_seed, x, x_title, "arch", ("looped", "stacked"), data.E4_FAMILIES[axis],
         budgets if axis != "n" else None, f"{name}-paired",
         f"Mode `{mode}`: a seed's looped model against its stacked twin (paired by seed, as E4's verdict rule "
-        f"pairs them). Holm family: {family}.{split} ",
+        f"pairs them). Holm family: {family}.{split} ", f"Paired looped − stacked · {context}",
     )  # fmt: skip
 columns = [x, "mean_a", "mean_b", "gap", "delta", "delta_ci_low", "delta_ci_high", "magnitude", "p_value"]
 st.dataframe(
@@ -101,7 +103,17 @@ st.caption(
 )
 if summary is not None:
     st.subheader("Paired: looped − stacked of the same seed")
+    if axis == "ratio":  # post hoc, beside the paired "vanishes": an equivalence test at the rule's own margin
+        diffs = views.seed_differences(per_seed, x, "arch", "looped", "stacked")
+        tost = diffs.groupby(x)["diff"].apply(lambda d: stats_.tost_p(d.to_numpy(), verdicts.TOST_MARGIN))
+        summary = summary.assign(tost_p=summary[x].map(tost))
     views.paired_table(summary.drop(columns="side"), x, axis, f"the README's family ({family})")
+    if "tost_p" in summary:
+        st.caption(
+            f"Post hoc, not a verdict rule: TOST p, two one-sided paired t-tests that the mean gap lies within "
+            f"±{verdicts.TOST_MARGIN} (the paired rule's own “vanishes” margin); p < {paper.ALPHA} shows the gap "
+            "equivalent to zero. A Holm p ≥ 0.05 alone does not: it only fails to show a gap."
+        )
 
 if other is not None:
     other_table, other_label, this_label = other
@@ -120,4 +132,5 @@ if other is not None:
     views.compare_section(
         {this_label: (stats, per_seed), other_label: (other_stats, other_seeds)},
         x, x_title, views.METRIC_TITLES[metric], name, note, budgets=budgets, chance=charts.CHANCE,
+        title=f"Looped vs stacked, {metric.replace('_', ' ')} · {context}",
     )  # fmt: skip

@@ -192,6 +192,26 @@ def _signflip_p(d: np.ndarray, alternative: str) -> float:
     return float(min(max(p, 0.0), 1.0))
 
 
+def tost_p(diffs: Sequence[float], margin: float) -> float:
+    """Two one-sided tests (TOST) that the mean paired difference lies inside (-margin, +margin).
+
+    p = max of the one-sided t-tests of H0: mean <= -margin and H0: mean >= +margin (scipy.stats.ttest_1samp);
+    p < alpha shows equivalence within the margin. All differences equal (no variance): 0.0 if that value is
+    strictly inside the margin, else 1.0. NaNs are dropped; fewer than two differences -> NaN.
+    """
+    d = _arr(diffs)
+    d = d[~np.isnan(d)]
+    if margin <= 0:
+        raise ValueError(f"the equivalence margin must be positive, got {margin}")
+    if d.size < 2:
+        return float("nan")
+    if _all_equal(d):
+        return 0.0 if abs(float(d[0])) < margin else 1.0
+    lower = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    upper = stats.ttest_1samp(d, margin, alternative="less").pvalue
+    return float(max(lower, upper))
+
+
 def holm(pvalues: Sequence[float]) -> np.ndarray:
     """Holm-Bonferroni step-down adjusted p-values, in the input order.
 

@@ -71,10 +71,12 @@ def e2_claims(table: pd.DataFrame, surgery: pd.DataFrame) -> list[dict]:
                 and r["top_token_share"] >= paper.SURGERY_ONE_TOKEN_SHARE
                 and r["norm_ratio"] <= paper.SURGERY_NORM_BOUND
             )
+            ratio = dict(worst=r["norm_ratio"], worst_seed=int(r["norm_ratio_seed"]), median=r["norm_ratio_median"],
+                         mean=r["norm_ratio_mean"], within=int(r["norm_ratio_within"]),
+                         seeds=int(r["norm_ratio_seeds"]))  # fmt: skip
             measured = (
                 f"accuracy {r['accuracy']:.3f} (forced choice {r['choice_accuracy']:.3f}, non-answer tokens "
-                f"{r['non_answer']:.3f}), norm ratio {r['norm_ratio']:.2f}x, "
-                f"top-token share {r['top_token_share']:.3f}; "
+                f"{r['non_answer']:.3f}), {ratio_text(ratio)}, top-token share {r['top_token_share']:.3f}; "
                 f"damage {r['damage']:+.3f} [{r['damage_ci_low']:+.3f}, {r['damage_ci_high']:+.3f}], "
                 f"Wilcoxon p {r['damage_p']:.3g}"
             )
@@ -150,18 +152,55 @@ def surgery_at_T(rows: pd.DataFrame) -> pd.DataFrame:
         def mean(metric, frame=at_t):
             return float(frame.loc[frame["metric"] == metric, "value"].mean())
 
-        norms = cut[(cut["metric"] == "norm_post") & (cut["eval_loops"] <= T)].groupby("seed")["value"]
+        ratio = ratio_summary(norm_ratios(cut, T))
         acc = lambda f: f[(f["metric"] == "accuracy") & (f["eval_loops"] == T)].set_index("seed")["value"]  # noqa: E731
         damage = (acc(own) - acc(cut)).dropna()
         ci = stats.paired_mean_ci(damage.to_numpy()) if len(damage) else stats.CI(np.nan, np.nan, np.nan, "")
         out.append(dict(
             task=task, level=level, accuracy=mean("accuracy"), choice_accuracy=mean("choice_accuracy"),
             non_answer=1 - mean("option_rate") if (at_t["metric"] == "option_rate").any() else np.nan,
-            top_token_share=mean("top_token_share"), norm_ratio=float((norms.max() / norms.min()).max()),
+            top_token_share=mean("top_token_share"), norm_ratio=ratio["worst"], norm_ratio_seed=ratio["worst_seed"],
+            norm_ratio_median=ratio["median"], norm_ratio_mean=ratio["mean"], norm_ratio_within=ratio["within"],
+            norm_ratio_seeds=ratio["seeds"],
             damage=ci.estimate, damage_ci_low=ci.low, damage_ci_high=ci.high,
             damage_p=stats.wilcoxon_p(acc(own)[damage.index], acc(cut)[damage.index]) if len(damage) else np.nan,
         ))  # fmt: skip
     return pd.DataFrame(out)
+
+
+def norm_ratios(rows: pd.DataFrame, upto: int) -> pd.Series:
+    """Claim (d)'s state-norm growth, one definition for the card, the norms page, the report and the README: per
+    seed, the state norm `norm_post` at each step averaged over the level's difficulties, then max/min over steps
+    1..upto. rows: one task and one boundary mode at one level (verdicts.levels' rows, or the raw rows of the
+    chosen difficulties: the mean over difficulties is the same). Returns the ratio per seed."""
+    norms = rows[(rows["metric"] == "norm_post") & (rows["eval_loops"] <= upto)]
+    per_step = norms.groupby(["seed", "eval_loops"])["value"].mean().groupby("seed")
+    return (per_step.max() / per_step.min()).rename("norm_ratio")
+
+
+def ratio_summary(ratios: pd.Series) -> dict:
+    """The named statistics of norm_ratios over seeds: the worst seed (the one the verdict reads: "the norm
+    bounded" must hold for every seed), the median and the mean, and how many seeds are within
+    paper.SURGERY_NORM_BOUND."""
+    r = ratios.dropna()
+    if r.empty:
+        return dict(worst=np.nan, worst_seed=-1, median=np.nan, mean=np.nan, within=0, seeds=0)
+    return dict(worst=float(r.max()), worst_seed=int(r.idxmax()), median=float(r.median()), mean=float(r.mean()),
+                within=int((r <= paper.SURGERY_NORM_BOUND).sum()), seeds=len(r))  # fmt: skip
+
+
+def ratio_text(s: dict) -> str:
+    """A norm-ratio summary in words, as the card and the page say it."""
+    return (
+        f"norm ratio {s['worst']:.2f}x at the worst seed (seed {s['worst_seed']}); median {s['median']:.2f}x, "
+        f"mean {s['mean']:.2f}x over {s['seeds']} seeds, {s['within']} of {s['seeds']} within "
+        f"{paper.SURGERY_NORM_BOUND:g}x"
+    )
+
+
+def yes_no(flag) -> str:
+    """A flag as a word for a reader (never Python's True/False)."""
+    return "yes" if bool(flag) else "no"
 
 
 def outcome(holds) -> str:
@@ -227,11 +266,12 @@ def e3_claims(rows: pd.DataFrame) -> list[dict]:
                     holds, verdict = None, f"undecided: only {len(values)} seeds lost >= {paper.MIN_REFIT_GAP}"
                 elif claim == "a":
                     lo, hi = paper.HEAD_RECOVERY_RANGE
-                    holds, verdict = bool(lo <= ci.estimate <= hi and plateaued(curve)), f"plateau: {plateaued(curve)}"
+                    flat = plateaued(curve)
+                    holds, verdict = bool(lo <= ci.estimate <= hi and flat), f"plateau: {yes_no(flat)}"
                 else:
                     holds, verdict = bool(ci.estimate >= paper.FULL_RECOVERY), ""
                 measured = (f"recovery {ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}] after {last} steps, "
-                            f"{len(values)} damaged seeds; {verdict}")  # fmt: skip
+                            f"{len(values)} damaged seeds" + (f"; {verdict}" if verdict else ""))  # fmt: skip
                 for analysis in ("paper", "paired"):
                     out.append(dict(task=task, claim=claim, analysis=analysis, level=level, holds=holds,
                                     measured=measured, difficulties=""))  # fmt: skip
@@ -239,16 +279,28 @@ def e3_claims(rows: pd.DataFrame) -> list[dict]:
                 both = pd.concat([per_seed["head+last"], per_seed["head+first"]], axis=1).dropna()
                 p = stats.wilcoxon_p(both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy())
                 gap = float((both.iloc[:, 0] - both.iloc[:, 1]).mean()) if len(both) else np.nan
+                ends = "; ".join(_plateau_note(part, target) for target in ("head+last", "head+first"))
                 out.append(dict(task=task, claim="last layer", analysis="paired", level=level,
                                 holds=bool(gap > 0 and p < paper.ALPHA), difficulties="",
                                 measured=f"head+last minus head+first {gap:+.3f} over {len(both)} seeds, "
-                                         f"Wilcoxon p {p:.3g}"))  # fmt: skip
+                                         f"Wilcoxon p {p:.3g} after {last} steps. Post hoc, not the rule: "
+                                         f"{ends}"))  # fmt: skip
     return out
+
+
+def _plateau_note(part: pd.DataFrame, target: str) -> str:
+    """Post hoc, beside "the damage sits in the last layer": whether a target's mean recovery curve has reached
+    its plateau (plateaued, E3's own rule) and how far it moved over the last doubling of refit steps."""
+    curve = part[part["refit_target"] == target].groupby("refit_steps")["value"].mean().sort_index()
+    moved = float(curve.iloc[-1] - curve.iloc[-2]) if len(curve) > 1 else np.nan
+    state = "plateaued" if plateaued(curve) else "still moving"
+    return f"{target} {state} ({moved:+.3f} over the last doubling of steps)"
 
 
 MIN_DAMAGED = 8  # E3: fewer damaged seeds than this and a recovery verdict is undecided (README)
 MATCHED = (1, 2, 3)  # E4: overshoot ratios n / T compared
 SMALL_GAP = 0.02  # E4 paired "vanishes": |mean gap| below this counts as gone
+TOST_MARGIN = SMALL_GAP  # post hoc, not a rule: the equivalence test beside "vanishes", at the rule's own margin
 
 
 def _compare(looped: pd.Series, stacked: pd.Series) -> dict:
@@ -256,7 +308,7 @@ def _compare(looped: pd.Series, stacked: pd.Series) -> dict:
     both = pd.concat([looped.rename("a"), stacked.rename("b")], axis=1).dropna()
     a, b = both["a"].to_numpy(), both["b"].to_numpy()
     return dict(gap=float((a - b).mean()), delta=stats.cliffs_delta(a, b), p=stats.mann_whitney_p(a, b),
-                wilcoxon_p=stats.wilcoxon_p(a, b), n=len(both))  # fmt: skip
+                wilcoxon_p=stats.wilcoxon_p(a, b), n=len(both), tost_p=stats.tost_p(a - b, TOST_MARGIN))  # fmt: skip
 
 
 def e4_table(rows: pd.DataFrame, mode: str = "norm") -> pd.DataFrame:
@@ -288,6 +340,11 @@ def e4_table(rows: pd.DataFrame, mode: str = "norm") -> pd.DataFrame:
     return table
 
 
+def _equivalent(p: pd.Series) -> str:
+    shown = [o for o, q in zip(MATCHED, p, strict=False) if q < paper.ALPHA]
+    return f"equivalent at o = {', '.join(map(str, shown))}" if shown else "equivalence shown at no o"
+
+
 def e4_claims(table: pd.DataFrame) -> list[dict]:
     """Per task and level: looping helps at equal n (most n), and at matched overshoot the advantage
     vanishes or shrinks, under both analyses (README)."""
@@ -312,5 +369,9 @@ def e4_claims(table: pd.DataFrame) -> list[dict]:
                        f"{at_T_multiples:+.3f} at equal n = T, 2T, 3T: {outcome}")  # fmt: skip
             common = dict(task=task, analysis=analysis, level=level, difficulties="")
             out.append(dict(common, claim="equal n", holds=helps[analysis], measured=equal))
+            if analysis == "paired":  # post hoc: does the per-seed gap sit inside the rule's own margin?
+                matched += (f". Post hoc, not the rule: TOST equivalence within ±{TOST_MARGIN} (paired t) p "
+                            f"{', '.join(f'{p:.3g}' for p in m['tost_p'])} at o = 1, 2, 3 "
+                            f"({_equivalent(m['tost_p'])})")  # fmt: skip
             out.append(dict(common, claim="matched", holds=outcome, measured=matched))
     return out
