@@ -16,6 +16,9 @@ PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app
 # from fonts.gstatic.com (the Material Symbols font itself ships with Streamlit: the other icons stay local)
 st.set_page_config(page_title="loopscope", page_icon="🔁", layout="wide")
 settings.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
+address = st.config.get_option("server.address")  # None: every interface, unless this is AppTest (no server)
+testing = st.config.get_option("global.appTest")  # st.config's: AppTest patches that one, not st.get_option
+exposed = None if address is None and testing else settings.guard_address(address)
 pages = {
     "Results": [
         st.Page(PAGES / "overview.py", title="Overview", icon=":material/fact_check:", default=True),
@@ -31,17 +34,20 @@ pages = {
 if presets("e5"):  # a page appears with its data: E5 is run by name, after the paper's experiments
     pages["Beyond the paper"] = [st.Page(PAGES / "agreement.py", title="Agreement (E5)", icon=":material/join_inner:")]
 page = st.navigation(pages)
-st.sidebar.caption(f"Results folder: `{results_root()}` (set `LOOPSCOPE_RESULTS` to change it).")
+if settings.read_only():  # a read-only copy names no server folder
+    st.sidebar.caption(f"Results: `{settings.shown_path(results_root().resolve())}`.")
+else:
+    st.sidebar.caption(f"Results folder: `{results_root()}` (set `LOOPSCOPE_RESULTS` to change it).")
 try:
     settings.read_only_setting()
 except settings.Refused as e:  # an unclear LOOPSCOPE_READ_ONLY: say so on every page, which all behave read-only
     st.error(str(e))
 if settings.read_only():
-    st.sidebar.caption("Read-only: this copy shows results and runs nothing.")
+    st.sidebar.caption(exposed or "Read-only: this copy shows results and runs nothing.")
 try:
     page.run()
 except Exception as e:  # last resort: a message, never a traceback (Streamlit's rerun/stop are BaseExceptions)
     st.error(
-        f"This page could not be drawn ({type(e).__name__}: {e}). The results may be from another version; "
-        "`loopscope list` shows what is cached."
+        f"This page could not be drawn ({type(e).__name__}: {settings.redact(str(e))}). The results may be from "
+        "another version; `loopscope list` shows what is cached."
     )

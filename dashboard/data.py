@@ -164,15 +164,30 @@ E4_FAMILIES = {"n": 1, "ratio": 0, "difference": 0}  # the T whose sides make th
 # n = 2..3T (n = 1 alone), the matched ratios o = 1, 2, 3, and the differences n - T > 0 (0 alone)
 
 
+def compare_roots() -> list[Path]:
+    """The folders under which a writable dashboard's compare box may read: LOOPSCOPE_COMPARE_ROOTS
+    (os.pathsep-separated), else the results folder's parent."""
+    listed = [p for p in os.environ.get("LOOPSCOPE_COMPARE_ROOTS", "").split(os.pathsep) if p.strip()]
+    return [Path(p).expanduser().resolve() for p in listed] or [results_root().resolve().parent]
+
+
 def compare_folder(text: str) -> Path | None:
     """The other results folder a comparison reads, or None for this one. A read-only copy reads only the folders
-    listed in LOOPSCOPE_COMPARE (os.pathsep-separated): a public page must not open paths its visitors type."""
+    listed in LOOPSCOPE_COMPARE (os.pathsep-separated): a public page must not open paths its visitors type.
+    A writable one reads only folders under compare_roots(), symbolic links resolved, whatever is typed."""
     if not text.strip():
         return None
     folder = Path(text.strip()).expanduser()
     listed = [Path(p).expanduser().resolve() for p in os.environ.get("LOOPSCOPE_COMPARE", "").split(os.pathsep) if p]
     if jobs.read_only() and folder.resolve() not in listed:
         st.warning(f"`{folder}` is not among the folders this read-only copy compares with (LOOPSCOPE_COMPARE).")
+        return None
+    roots = compare_roots()
+    if not jobs.read_only() and not any(folder.resolve().is_relative_to(root) for root in roots):
+        st.warning(
+            f"`{folder}` is outside the folders this dashboard compares from ({', '.join(f'`{r}`' for r in roots)}; "
+            "LOOPSCOPE_COMPARE_ROOTS sets them)."
+        )
         return None
     if not folder.is_dir():
         st.warning(f"`{folder}` is not a folder.")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.core.presets import PRESETS, RunConfig, preset
-from engine.errors import UsageError
+from engine.errors import UsageError, explain
 from engine.experiments import PAPER, REGISTRY, seeds_for, verdicts
 from engine.inputs import (  # noqa: F401  (MAX_SEED: read by the tests)
     MAX_LOOPS,
@@ -421,8 +421,8 @@ def cmd_dashboard(args) -> int:
     warmer = subprocess.Popen(warm, env=env, cwd=repo, **quiet)
     threading.Thread(target=warmer.wait, name="reap-warm-up", daemon=True).start()  # no zombie once it ends
     address = ["--server.address", args.host, "--server.port", str(args.port)]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))  # dashboard.serve
-    return subprocess.call([sys.executable, "-m", "dashboard.serve", *address], env=env)
+    # from the checkout, as the warm-up: its .streamlit/config.toml (theme, no usage statistics) applies
+    return subprocess.call([sys.executable, "-m", "dashboard.serve", *address], env=env, cwd=repo)
 
 
 def cmd_report(args) -> int:
@@ -562,7 +562,18 @@ def build_parser() -> Parser:
     return parser
 
 
+def remove_temporaries(args) -> None:
+    """This process's half-written files under the results folder, should a writer have left one behind
+    (engine.core.store.atomic_write removes its own)."""
+    try:
+        for tmp in results_dir(args).glob(f"**/.*.{os.getpid()}.tmp"):
+            tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "group_size", None) is not None and args.group_size < 1:
@@ -570,6 +581,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as e:
         print(f"loopscope: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a known failure (no space, no permission, no memory, a bad checkpoint): one sentence
+        sentence = explain(e)
+        if sentence is None:
+            raise  # a bug: its traceback is the report
+        if args is not None and hasattr(args, "results"):
+            remove_temporaries(args)
+        print(f"loopscope: error: {sentence}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("loopscope: interrupted; finished runs are cached, the rest will be redone.", file=sys.stderr)

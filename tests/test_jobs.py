@@ -145,7 +145,7 @@ def test_kill_9_mid_training_then_resubmit_ends_equal_to_an_uninterrupted_run(tm
         saved_step = json.loads(f.metadata()["loopscope"])["step"]
     assert saved_step >= 40 and saved_step % 20 == 0
 
-    assert jobs.submit(spec, root) == jid
+    assert jobs.resume(jid, root) == jid  # the Run page's Resume button: the job's own spec, submitted again
     done = jobs.wait(jid, root, timeout_s=120)
     assert done.state == "done" and done.launches == 2, done.message
     store = Store(root)

@@ -1,6 +1,7 @@
 """Run: train seeds, run an experiment, or evaluate a run at more loop counts, in a background worker
 (engine.runtime.jobs). Progress is read from the job files, so it survives reruns, closed tabs and other sessions;
-finished results land in the results folder, where every page's cache sees them change."""
+finished results land in the results folder, where every page's cache sees them change. The form lives in the
+URL (every widget bound to a query parameter), so a reload keeps it; a lost or cancelled job has a Resume button."""
 
 import math
 from dataclasses import replace
@@ -12,8 +13,10 @@ from dashboard import data
 from engine.cli import UsageError, parse_seeds
 from engine.core.presets import PRESETS, preset
 from engine.runtime import jobs
+from engine.runtime.settings import redact, shown_path
 
-KINDS = {"train": "train seeds", "e2": "E2", "e3": "E3", "e4": "E4", "evaluate": "evaluate a run"}
+KINDS = {"train seeds": "train", "E2": "e2", "E3": "e3", "E4": "e4", "evaluate a run": "evaluate"}  # label: kind
+URL = {"bind": "query-params"}  # every widget of the form is in the URL (its key is the parameter's name)
 STATE_ICONS = {
     "queued": ":material/schedule:", "running": ":material/autorenew:", "done": ":material/check_circle:",
     "failed": ":material/error:", "cancelled": ":material/cancel:", "lost": ":material/help:",
@@ -37,7 +40,9 @@ except jobs.Refused as e:  # a cap that is not a number: run nothing rather than
 
 
 def seeds_input() -> list[int] | None:
-    text = st.text_input("seeds", "0-1", key="run_seeds", help="A count (2 = seeds 0, 1), a range 0-3 or a list 0,5.")
+    text = st.text_input(
+        "seeds", "0-1", key="run_seeds", help="A count (2 = seeds 0, 1), a range 0-3 or a list 0,5.", **URL
+    )
     try:
         seeds = parse_seeds(text)
     except UsageError as e:
@@ -51,13 +56,15 @@ def seeds_input() -> list[int] | None:
 
 def train_spec() -> jobs.Spec | None:
     left, mid, right = st.columns(3)
-    name = left.selectbox("preset", list(PRESETS), key="run_preset")
-    task = mid.selectbox("task", ["parity", "chain"], key="run_task")
-    boundary = right.selectbox("trained boundary", ["norm", "none"], key="run_boundary")
-    cfg = preset(name, task, boundary, left.selectbox("arch", ["looped", "stacked"], key="run_arch"))
-    steps = mid.number_input("steps", 1, cap["max_steps"], min(cfg.train.steps, cap["max_steps"]), key="run_steps")
+    name = left.selectbox("preset", list(PRESETS), key="run_preset", **URL)
+    task = mid.selectbox("task", ["parity", "chain"], key="run_task", **URL)
+    boundary = right.selectbox("trained boundary", ["norm", "none"], key="run_boundary", **URL)
+    cfg = preset(name, task, boundary, left.selectbox("arch", ["looped", "stacked"], key="run_arch", **URL))
+    steps = mid.number_input(
+        "steps", 1, cap["max_steps"], min(cfg.train.steps, cap["max_steps"]), key="run_steps", **URL
+    )
     loops = right.number_input(
-        "evaluate at n = 1..", 1, cap["max_loops"], min(cfg.max_eval_loops, cap["max_loops"]), key="run_loops"
+        "evaluate at n = 1..", 1, cap["max_loops"], min(cfg.max_eval_loops, cap["max_loops"]), key="run_loops", **URL
     )
     seeds = seeds_input()
     if seeds is None:
@@ -68,8 +75,10 @@ def train_spec() -> jobs.Spec | None:
 
 def experiment_spec(experiment: str) -> jobs.Spec | None:
     left, right = st.columns(2)
-    name = left.selectbox("preset", list(PRESETS), key="run_preset")
-    tasks = right.pills("tasks", ["parity", "chain"], selection_mode="multi", default=["parity"], key="run_tasks")
+    name = left.selectbox("preset", list(PRESETS), key="run_preset", **URL)
+    tasks = right.pills(
+        "tasks", ["parity", "chain"], selection_mode="multi", default=["parity"], key="run_tasks", **URL
+    )
     cfg = preset(name)
     st.caption(f"The {name} preset: {cfg.train.steps} steps per training, evaluated at n = 1..{cfg.max_eval_loops}.")
     seeds = seeds_input()
@@ -88,20 +97,22 @@ def eval_spec() -> jobs.Spec | None:
         st.info("No runs to evaluate yet: train some first.")
         return None
     labels = {
-        r.run_key: f"{r.run_key} · {r.experiment} · {r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
+        r.run_key: f"{r.experiment} · {r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
         for _, r in table.iterrows()
-    }
-    key = st.selectbox("run", list(labels), format_func=labels.get, key="run_key")
+    }  # the option is the key itself: a bound widget writes what it displays into the URL
+    key = st.selectbox("run", list(labels), key="run_key", help="The run key; its run is named below.", **URL)
+    st.caption(f"`{key}`: {labels[key]}")
     left, right = st.columns(2)
     trained_loops = int(table.set_index("run_key").loc[key, "T"])
     default = min(4 * trained_loops, cap["max_loops"])
-    loops = left.number_input("evaluate at n = 1..", 1, cap["max_loops"], default, key="eval_loops")
-    mode = right.selectbox("run in mode", ["trained", "norm", "none"], key="eval_mode")
+    loops = left.number_input("evaluate at n = 1..", 1, cap["max_loops"], default, key="eval_loops", **URL)
+    mode = right.selectbox("run in mode", ["trained", "norm", "none"], key="eval_mode", **URL)
     return jobs.EvalSpec(key, int(loops), None if mode == "trained" else mode)
 
 
 def submit_form() -> None:
-    kind = st.segmented_control("what", list(KINDS), format_func=KINDS.get, default="train", key="run_kind")
+    label = st.segmented_control("what", list(KINDS), default="train seeds", required=True, key="run_kind", **URL)
+    kind = KINDS[label]
     spec = {"train": train_spec, "evaluate": eval_spec}.get(kind, lambda: experiment_spec(kind))()
     if st.button("Submit", type="primary", disabled=spec is None, key="submit", icon=":material/play_arrow:"):
         try:
@@ -122,16 +133,32 @@ def show_job(job: jobs.Job) -> None:
             loss = f" · loss {job.loss:.4f}" if job.loss is not None else ""
             eta = f" · about {math.ceil(job.eta_s)} s left" if job.active and job.eta_s is not None else ""
             st.progress(min(1.0, job.step / job.total), text=f"step {job.step} of {job.total}{loss}{eta}")
-        st.caption(job.message + (f" (started {job.launches} times: resumed)" if job.launches > 1 else ""))
+        resumed = f" (started {job.launches} times: resumed)" if job.launches > 1 else ""
+        st.caption(redact(job.message) + resumed)
         if job.state == "done":
             result_links(job)
-        elif job.state in ("failed", "lost"):
+        elif job.state in ("failed", "lost") and not jobs.read_only():  # a read-only copy: the message only
             tail = data.log_tail(root, job.job_id)
             st.caption(f"The last lines of `{jobs.job_file(root, job.job_id, '.log')}`:" if tail else "No log.")
             if tail:
                 st.code(tail, language="text")
-        if job.active and not jobs.read_only():
+        if jobs.read_only():
+            return
+        if job.active:
             st.button("Cancel", key=f"cancel-{job.job_id}", on_click=jobs.cancel, args=(job.job_id, root))
+        elif job.state in ("lost", "cancelled") and job.spec:
+            st.button(
+                "Resume", key=f"resume-{job.job_id}", on_click=resume, args=(job.job_id,), icon=":material/replay:",
+                help="Submit this job's own spec again: it continues from its last checkpoint.",
+            )  # fmt: skip
+
+
+def resume(jid: str) -> None:
+    """The Resume button: the job's own spec, submitted again (same spec, same job id)."""
+    try:
+        jobs.resume(jid, root)
+    except (jobs.Refused, ValueError) as e:
+        st.session_state["resume_error"] = str(e)
 
 
 def result_links(job: jobs.Job) -> None:
@@ -157,7 +184,7 @@ def result_links(job: jobs.Job) -> None:
 def job_list() -> None:
     found = jobs.list_jobs(root)
     if not found:
-        st.caption(f"No jobs under `{jobs.jobs_dir(root)}` yet.")
+        st.caption(f"No jobs under `{shown_path(jobs.jobs_dir(root))}` yet.")
     for job in found[:20]:
         show_job(job)
     if st.session_state.get("jobs_were_active") and not any(j.active for j in found):
@@ -179,5 +206,7 @@ else:
     )
     submit_form()
 st.header("Jobs")
+if problem := st.session_state.pop("resume_error", None):
+    st.error(problem)
 polling = any(j.active for j in jobs.list_jobs(root))  # decided after a submit above, so a new job is polled
 st.fragment(run_every=2.0 if polling else None)(job_list)()

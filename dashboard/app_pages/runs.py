@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import charts, data, ui, views
 from engine.runtime import jobs
+from engine.runtime.settings import redact, shown_path
 
 
 def commit_text(provenance: dict) -> str:
@@ -17,10 +18,10 @@ def commit_text(provenance: dict) -> str:
 st.title("Cached runs")
 table, problems = data.runs()
 for problem in problems:
-    st.warning(f"Skipped a damaged run: {problem}. `loopscope train` with its config redoes it.")
+    st.warning(f"Skipped a damaged run: {redact(problem)}. `loopscope train` with its config redoes it.")
 if table.empty:
     st.info(
-        f"No runs under `{data.results_root()}` yet. Train a few with "
+        f"No runs under `{shown_path(data.results_root())}` yet. Train a few with "
         "`loopscope train --preset smoke --seeds 2`, then reload this page."
     )
     st.stop()
@@ -29,7 +30,7 @@ experiments = sorted(e for e in table["experiment"].unique() if e)
 if len(experiments) > 1:
     chosen = ui.some_of("experiments", experiments, "experiments")
     table = table[table["experiment"].isin(chosen)]
-st.caption(f"{len(table)} runs under `{data.results_root()}`: provenance from each run's manifest.json.")
+st.caption(f"{len(table)} runs under `{shown_path(data.results_root())}`: provenance from each run's manifest.json.")
 st.dataframe(
     table, hide_index=True, width="stretch", column_config={"final loss": st.column_config.NumberColumn(format="%.4g")}
 )
@@ -42,7 +43,7 @@ key = ui.select("run", list(labels), "run", help="The run key (a hash of the con
 st.markdown(f"`{key}`: {labels[key]}")
 manifest, rows, problem = data.run_detail(key)
 if problem:
-    st.error(f"{problem}. `loopscope train` with its config redoes it.")
+    st.error(f"{redact(problem)}. `loopscope train` with its config redoes it.")
     st.stop()
 
 cfg = manifest.get("config", {})

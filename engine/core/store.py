@@ -128,12 +128,16 @@ def sha256(data: bytes) -> str:
 
 def atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    _fault_point(path)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _fault_point(path)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or a refused write: no half-written temporary left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 _writes: dict[str, int] = {}

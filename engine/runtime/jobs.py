@@ -233,7 +233,7 @@ def status(jid: str, root: Path) -> Job:
         job.state, job.eta_s = "lost", None
         job.message = (
             f"the worker stopped without finishing (killed? see jobs/{jid}.log); "
-            "submit again to resume from its checkpoint."
+            "press Resume (or submit it again) to resume from its checkpoint."
         )
     return job
 
@@ -272,6 +272,19 @@ def submit(spec: Spec, root: Path) -> str:
         threading.Thread(target=proc.wait, name=f"reap-{jid}", daemon=True).start()  # no zombie when it ends
         _write(root, record | {"pid": proc.pid})
     return jid
+
+
+def resume(jid: str, root: Path) -> str:
+    """Submit job jid's own spec again (a lost or cancelled job continues from its checkpoint); its id is the same.
+    ValueError where the job file holds no spec that can run."""
+    job = status(jid, root)
+    if job.active:
+        return jid
+    try:
+        spec = spec_from_dict(job.spec or {})
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"job {jid} holds no spec to resume ({type(e).__name__}); submit it from the form.") from None
+    return submit(spec, root)
 
 
 def cancel(jid: str, root: Path, grace_s: float = 5.0) -> Job:
