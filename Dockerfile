@@ -25,4 +25,6 @@ ENV LOOPSCOPE_READ_ONLY=1 LOOPSCOPE_RESULTS=/home/user/app/cached_results
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD python -c "import urllib.request; urllib.request.urlopen('http://localhost:8501/_stcore/health', timeout=4)"
-CMD ["streamlit", "run", "dashboard/app.py", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]
+# dashboard.serve: `streamlit run dashboard/app.py` without Streamlit's public /_stcore/metrics route. Every interface
+# (the Space's proxy reaches it there): the app is read-only beyond localhost anyway, without LOOPSCOPE_REMOTE_JOBS.
+CMD ["python3", "-m", "dashboard.serve", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]

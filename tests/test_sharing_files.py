@@ -32,7 +32,7 @@ def test_dockerfile_names_what_a_space_needs():
         sources = [s for s in copy.split()[:-1] if not s.startswith("--")]
         assert all((ROOT / s).exists() for s in sources), copy
     cmd = instructions("CMD")[0]
-    assert "dashboard/app.py" in cmd and (ROOT / "dashboard" / "app.py").exists() and "--server.port=8501" in cmd
+    assert "dashboard.serve" in cmd and (ROOT / "dashboard" / "serve.py").exists() and "--server.port=8501" in cmd
     assert "LOOPSCOPE_READ_ONLY=1" in " ".join(instructions("ENV"))
 
 
@@ -45,7 +45,7 @@ def test_the_cmd_serves_a_healthy_read_only_dashboard(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = json.loads(instructions("CMD")[0])  # the exec form is a JSON list of strings
-    cmd = [sys.executable, "-m", *cmd] if cmd[0] == "streamlit" else cmd
+    cmd = [sys.executable, *cmd[1:]] if cmd[0] == "python3" else cmd  # the image's python, here this one
     cmd = [c.replace("8501", str(port)).replace("0.0.0.0", "127.0.0.1") for c in cmd]
     env = dict(os.environ, LOOPSCOPE_READ_ONLY="1", LOOPSCOPE_RESULTS=str(app / "cached_results"))
     env["PYTHONPATH"] = str(app)
@@ -59,6 +59,8 @@ def test_the_cmd_serves_a_healthy_read_only_dashboard(tmp_path):
             except OSError:
                 time.sleep(0.5)
         assert ok, (tmp_path / "server.log").read_text()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/metrics", timeout=5).read()
+        assert b"# TYPE" not in metrics  # dashboard.serve dropped Streamlit's metrics route (issue 33)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
