@@ -110,7 +110,8 @@ def claims_of(experiment: str, rows, preset_name: str) -> tuple[str | None, list
         return "e5", [dict(c, measured=readable(c["measured"])) for c in ladder_common_seeds(found, rows)]
     module = REGISTRY[experiment]
     trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
-    return "module", module.claims(module.summarize(rows, preset_name), trained)
+    found = module.claims(module.summarize(rows, preset_name), trained)
+    return "module", [dict(c, measured=readable(c["measured"])) for c in found]
 
 
 def readable(text: str) -> str:
