@@ -434,3 +434,17 @@ def test_pairing_matters():
     assert row.mean_diff == pytest.approx(0.45)  # mean of 0.1..0.8
     assert row.wilcoxon_p == pytest.approx(2 / 256) and row.mann_whitney_p > 0.5
     assert 0.1 <= row.ci_low < 0.45 < row.ci_high <= 0.8  # CI over seeds excludes 0
+
+
+def test_tost_shows_equivalence_only_inside_the_margin():
+    from scipy import stats as sps
+
+    from engine.core.stats import tost_p
+
+    inside = [0.01, -0.005, 0.0, 0.004, 0.002, -0.001]  # mean 0.00167, well inside ±0.02
+    lower = sps.ttest_1samp(inside, -0.02, alternative="greater").pvalue
+    upper = sps.ttest_1samp(inside, 0.02, alternative="less").pvalue
+    assert tost_p(inside, 0.02) == max(lower, upper) < 0.05
+    assert tost_p([0.14, 0.12, 0.16, 0.10, 0.15], 0.02) > 0.95  # a gap of +0.13 is not equivalent to zero
+    assert tost_p([0.01] * 5, 0.02) == 0.0 and tost_p([0.03] * 5, 0.02) == 1.0  # no variance: inside or not
+    assert np.isnan(tost_p([0.01], 0.02))
