@@ -1,0 +1,268 @@
+"""How many visitors the dashboard holds: N browser sessions at once, each opening the overview and then the
+accuracy page, against a fresh `loopscope dashboard` on 127.0.0.1 (read-only, as a hosted copy is).
+
+    python dev/load-check.py [--sessions 4,8,16] [--results cached_results] [--timeout 80] [--json OUT]
+
+Per N it reports, over the sessions: time to the overview's first claim card and to the accuracy page's first
+drawn chart (p50, p95, max; from the session's start, so queueing counts), how many sessions drew their chart
+within --timeout, the server's CPU seconds and its peak RSS. Before the load it measures the server CPU of one
+accuracy-page view, cold (the server's first) and repeated (a new session, same page). Each N gets a fresh server.
+
+Bounded: at most 32 sessions, every wait has a timeout, the server listens on 127.0.0.1 only and is stopped at the
+end; one Chromium (/usr/bin/chromium, or $CHROMIUM) holds all sessions, as one machine of visitors would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_SESSIONS = 32
+CHART_DRAWN = (
+    "() => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].some(c => [...c.querySelectorAll("
+    "'canvas, svg.marks')].some(e => e.getBoundingClientRect().width > 100 && e.getBoundingClientRect().height > 50))"
+)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tree(pid: int) -> list[int]:
+    """pid and its descendants (the loopscope command, the Streamlit server, the warm-up)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += parents.get(p, [])
+    return found
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes (and of their reaped children); the server's own is what a
+    view costs (the verdicts' warm-up, a separate process at lower priority, is left out)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / CLK_TCK
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+class Server:
+    """`loopscope dashboard` on 127.0.0.1, read-only, with its own verdict cache (cold, as a fresh host's)."""
+
+    def __init__(self, results: Path, cache: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, LOOPSCOPE_READ_ONLY="1", LOOPSCOPE_CACHE=str(cache), LOOPSCOPE_REMOTE_JOBS="")
+        command = [sys.executable, "-m", "engine", "dashboard", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.log = open(cache / "server.log", "w")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen([*command, "--results", str(results)], env=env, cwd=REPO, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=1)
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"load-check: the dashboard did not start; see {self.log.name}") from None
+                time.sleep(0.2)
+        self.peak_rss = 0.0
+
+    def pids(self) -> list[int]:
+        return tree(self.proc.pid)
+
+    def server_pid(self) -> int:
+        """The Streamlit server itself (dashboard.serve), not the verdicts' warm-up beside it."""
+        for pid in self.pids():
+            try:
+                if b"dashboard.serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                continue
+        raise SystemExit("load-check: no dashboard.serve process under the loopscope command")
+
+    def cpu(self) -> float:
+        return cpu_s([self.server_pid()])
+
+    def sample(self) -> None:
+        self.peak_rss = max(self.peak_rss, rss_mb(self.pids()))
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+async def session(browser, url: str, timeout_s: float) -> dict:
+    """One visitor: the overview until its first claim card, then the accuracy page until its first chart."""
+    context = await browser.new_context(viewport={"width": 1400, "height": 1400})
+    page = await context.new_page()
+    start, out = time.monotonic(), {"card_s": None, "chart_s": None}
+    try:
+        await page.goto(url, timeout=timeout_s * 1000)
+        await page.get_by_text("Paper:", exact=True).first.wait_for(timeout=timeout_s * 1000)
+        out["card_s"] = time.monotonic() - start
+        left = max(1.0, timeout_s - out["card_s"])
+        await page.goto(f"{url}/accuracy", timeout=left * 1000)
+        await page.wait_for_function(CHART_DRAWN, timeout=left * 1000, polling=100)
+        out["chart_s"] = time.monotonic() - start
+    except Exception as e:  # a timeout: the session did not get there in time
+        out["error"] = type(e).__name__
+    finally:
+        await context.close()
+    return out
+
+
+async def one_view(browser, url: str, server: Server, timeout_s: float) -> float:
+    """Server CPU seconds spent on one accuracy-page view (first chart drawn, then 2 s for the rest of its run)."""
+    context = await browser.new_context(viewport={"width": 1400, "height": 1400})
+    page = await context.new_page()
+    before = server.cpu()
+    await page.goto(f"{url}/accuracy", timeout=timeout_s * 1000)
+    await page.wait_for_function(CHART_DRAWN, timeout=timeout_s * 1000, polling=100)
+    await page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=30_000)
+    await asyncio.sleep(2)
+    used = server.cpu() - before
+    await context.close()
+    await asyncio.sleep(1)
+    return used
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def measure(n: int, results: Path, timeout_s: float, views: bool) -> dict:
+    from playwright.async_api import async_playwright
+
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    with tempfile.TemporaryDirectory(prefix="loopscope-load-") as tmp:
+        server = Server(results, Path(tmp))
+        try:
+            async with async_playwright() as p:
+                args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+                browser = await p.chromium.launch(executable_path=chromium, args=args)
+                record: dict = {"sessions": n}
+                if views:  # before the load: one view cold, then the same page again from a new session
+                    record["view_cpu_cold_s"] = await one_view(browser, server.url, server, timeout_s)
+                    record["view_cpu_repeat_s"] = await one_view(browser, server.url, server, timeout_s)
+                cpu0, t0 = server.cpu(), time.monotonic()
+                tasks = [asyncio.create_task(session(browser, server.url, timeout_s)) for _ in range(n)]
+                while not all(t.done() for t in tasks):
+                    server.sample()
+                    await asyncio.sleep(0.5)
+                found = [t.result() for t in tasks]
+                await browser.close()
+        finally:
+            wall, cpu = time.monotonic() - t0, server.cpu() - cpu0
+            server.sample()
+            server.stop()
+    cards = [r["card_s"] for r in found if r["card_s"] is not None]
+    charts = [r["chart_s"] for r in found if r["chart_s"] is not None]
+    return record | {
+        "cards": len(cards), "charts": len(charts),
+        "card_p50_s": quantile(cards, 0.5), "card_p95_s": quantile(cards, 0.95), "card_max_s": max(cards, default=None),
+        "chart_p50_s": quantile(charts, 0.5), "chart_p95_s": quantile(charts, 0.95),
+        "chart_max_s": max(charts, default=None), "server_cpu_s": cpu, "wall_s": wall, "peak_rss_mb": server.peak_rss,
+        "errors": sorted({r["error"] for r in found if "error" in r}),
+    }  # fmt: skip
+
+
+def load_note() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{os.cpu_count()} CPUs, load average {one:.2f} {five:.2f} {fifteen:.2f} at the start"
+
+
+def table(records: list[dict]) -> str:
+    def f(x):
+        return "—" if x is None else f"{x:.1f}"
+
+    lines = ["| N | first card p50 / p95 / max (s) | first chart p50 / p95 / max (s) | charts drawn | server CPU (s) | "
+             "peak RSS (MB) |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in records:
+        lines.append(
+            f"| {r['sessions']} | {f(r['card_p50_s'])} / {f(r['card_p95_s'])} / {f(r['card_max_s'])} | "
+            f"{f(r['chart_p50_s'])} / {f(r['chart_p95_s'])} / {f(r['chart_max_s'])} | {r['charts']} of "
+            f"{r['sessions']} | {r['server_cpu_s']:.1f} | {r['peak_rss_mb']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", default="4,8,16", help="comma-separated session counts (each <= 32)")
+    parser.add_argument("--results", default=str(REPO / "cached_results"), help="the results folder to serve")
+    parser.add_argument("--timeout", type=float, default=80.0, help="seconds a session may take (default 80)")
+    parser.add_argument("--no-views", action="store_true", help="skip the cold/repeat view CPU measurement")
+    parser.add_argument("--json", help="also write the records to this file")
+    args = parser.parse_args(argv)
+    try:
+        counts = [int(n) for n in args.sessions.split(",")]
+    except ValueError:
+        parser.error(f"--sessions {args.sessions!r} is not a list of whole numbers")
+    if not all(1 <= n <= MAX_SESSIONS for n in counts):
+        parser.error(f"each session count must be 1..{MAX_SESSIONS}")
+    if not 1 <= args.timeout <= 600:
+        parser.error("--timeout must be 1..600 seconds")
+    if not Path(args.results).is_dir():
+        parser.error(f"no results folder {args.results}")
+    note = load_note()
+    records = [asyncio.run(measure(n, Path(args.results), args.timeout, views=not args.no_views and i == 0))
+               for i, n in enumerate(counts)]  # fmt: skip
+    print(f"load check on {note}; sessions may take {args.timeout:.0f} s")
+    print(table(records))
+    for r in records:
+        if "view_cpu_cold_s" in r:
+            print(f"server CPU per accuracy-page view: cold {r['view_cpu_cold_s']:.2f} s, "
+                  f"repeat {r['view_cpu_repeat_s']:.2f} s")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": note, "records": records}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
