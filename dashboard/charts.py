@@ -176,7 +176,11 @@ def curves(
     # stacked models dashed (the colour legend already names the architecture), or the column asked for
     dash_col = dash
     if dash is not None:  # the first value solid, the next dashed; the series labels (or dash_title's legend) name them
-        legend = alt.Legend(orient="bottom", symbolType="stroke", symbolStrokeWidth=2) if dash_title else None
+        legend = (
+            alt.Legend(orient="bottom", symbolType="stroke", symbolStrokeWidth=2, symbolStrokeColor="#333333")
+            if dash_title
+            else None
+        )
         dash = alt.StrokeDash(f"{dash}:N", scale=alt.Scale(domain=list(dict.fromkeys(stats[dash]))), legend=legend,
                               title=dash_title or alt.Undefined)  # fmt: skip
     elif "arch" in stats and stats["arch"].nunique() > 1:
@@ -498,7 +502,8 @@ def e5_effects(effects: pd.DataFrame, T: int) -> tuple[alt.LayerChart, pd.DataFr
 def e5_range(acc: pd.DataFrame, T: int) -> tuple[alt.LayerChart, pd.DataFrame]:
     """Part 2: each model run as trained, one colour per training distribution and one dash per mode (`norm`
     solid, `none` dashed), so every distribution and mode is its own line (acc: the `accuracy` rows)."""
-    stats = _series(acc.assign(mode=acc["quantity"]), acc["train_loops"])
+    acc = acc.assign(mode=acc["quantity"]).sort_values("mode", key=lambda m: m != "norm", kind="stable")  # norm solid
+    stats = _series(acc, acc["train_loops"])
     chart = curves(stats, "eval_loops", N_TITLE, "accuracy", budgets=budget_rules(T), chance=CHANCE,
                    legend_title="trained with", dash="mode", dash_title="mode (run as trained)")  # fmt: skip
     return chart, stats

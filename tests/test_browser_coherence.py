@@ -122,7 +122,7 @@ def element_shot(page, locator, path: Path) -> None:
     locator.scroll_into_view_if_needed()
     page.wait_for_timeout(800)
     locator.screenshot(path=str(path))
-    assert path.stat().st_size > 5_000
+    assert path.stat().st_size > 1_000
 
 
 def test_screenshots_of_the_changed_views(server, browser, shots):
@@ -131,15 +131,20 @@ def test_screenshots_of_the_changed_views(server, browser, shots):
     page.get_by_text("State-norm growth, one definition").wait_for()
     run_ended(page)
     table = page.get_by_test_id("stDataFrame").first
-    assert table.is_visible()
-    element_shot(page, page.get_by_test_id("stHorizontalBlock").nth(3), shots / "norms-parity-ratio-table.png")
+    table.scroll_into_view_if_needed()
+    table.wait_for(state="visible")
+    element_shot(page, table, shots / "norms-parity-ratio-table.png")
+    page.close()
+    page = offline_page(browser, [])  # a fresh tab per view: a page switch leaves the old page's elements stale
     page.goto(f"{server}/agreement?task=parity")
-    page.get_by_role("heading", name="2 · Training over a range of loop counts").wait_for()
-    run_ended(page)
+    page.get_by_role("heading", name="4 · The rescale surgery").wait_for()
     charts = page.get_by_test_id("stVegaLiteChart")
     charts.nth(3).wait_for()
+    run_ended(page)
     element_shot(page, charts.nth(1), shots / "agreement-parity-part2.png")
     element_shot(page, charts.nth(3), shots / "agreement-parity-rescale.png")
+    page.close()
+    page = offline_page(browser, [])
     page.goto(f"{server}/accuracy?task=Parity&difficulty=99")
     page.get_by_test_id("stAlert").first.wait_for()
     run_ended(page)
