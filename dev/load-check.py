@@ -5,8 +5,9 @@ accuracy page, against a fresh `loopscope dashboard` on 127.0.0.1 (read-only, as
 
 Per N it reports, over the sessions: time to the overview's first claim card and to the accuracy page's first
 drawn chart (p50, p95, max; from the session's start, so queueing counts), how many sessions drew their chart
-within --timeout, the server's CPU seconds and its peak RSS. Before the load it measures the server CPU of one
-accuracy-page view, cold (the server's first) and repeated (a new session, same page). Each N gets a fresh server.
+within --timeout, the server's CPU seconds and its peak RSS (the Streamlit process; not the verdicts' warm-up
+beside it). Before the load it measures the server CPU of one accuracy-page view: cold (the server's first),
+repeated by the same visitor (a new tab) and by a new one (a new browser context). Each N gets a fresh server.
 
 Bounded: at most 32 sessions, every wait has a timeout, the server listens on 127.0.0.1 only and is stopped at the
 end; one Chromium (/usr/bin/chromium, or $CHROMIUM) holds all sessions, as one machine of visitors would.
@@ -123,7 +124,7 @@ class Server:
         return cpu_s([self.server_pid()])
 
     def sample(self) -> None:
-        self.peak_rss = max(self.peak_rss, rss_mb(self.pids()))
+        self.peak_rss = max(self.peak_rss, rss_mb([self.server_pid()]))
 
     def stop(self) -> None:
         try:
@@ -154,9 +155,9 @@ async def session(browser, url: str, timeout_s: float) -> dict:
     return out
 
 
-async def one_view(browser, url: str, server: Server, timeout_s: float) -> float:
-    """Server CPU seconds spent on one accuracy-page view (first chart drawn, then 2 s for the rest of its run)."""
-    context = await browser.new_context(viewport={"width": 1400, "height": 1400})
+async def one_view(context, url: str, server: Server, timeout_s: float) -> float:
+    """Server CPU seconds spent on one accuracy-page view in a new tab of this browser context (first chart drawn,
+    its run ended, then 2 s for the rest)."""
     page = await context.new_page()
     before = server.cpu()
     await page.goto(f"{url}/accuracy", timeout=timeout_s * 1000)
@@ -164,9 +165,22 @@ async def one_view(browser, url: str, server: Server, timeout_s: float) -> float
     await page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=30_000)
     await asyncio.sleep(2)
     used = server.cpu() - before
-    await context.close()
+    await page.close()
     await asyncio.sleep(1)
     return used
+
+
+async def views_cpu(browser, server: Server, timeout_s: float) -> dict:
+    """One accuracy-page view cold (the server's first), then repeated by a new visitor (a new browser context:
+    it fetches Streamlit's front end too) and by the same visitor (a new tab: its front end cached)."""
+    first = await browser.new_context(viewport={"width": 1400, "height": 1400})
+    cold = await one_view(first, server.url, server, timeout_s)
+    same = await one_view(first, server.url, server, timeout_s)
+    await first.close()
+    second = await browser.new_context(viewport={"width": 1400, "height": 1400})
+    new = await one_view(second, server.url, server, timeout_s)
+    await second.close()
+    return {"view_cpu_cold_s": cold, "view_cpu_repeat_new_visitor_s": new, "view_cpu_repeat_same_visitor_s": same}
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -187,9 +201,8 @@ async def measure(n: int, results: Path, timeout_s: float, views: bool) -> dict:
                 args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
                 browser = await p.chromium.launch(executable_path=chromium, args=args)
                 record: dict = {"sessions": n}
-                if views:  # before the load: one view cold, then the same page again from a new session
-                    record["view_cpu_cold_s"] = await one_view(browser, server.url, server, timeout_s)
-                    record["view_cpu_repeat_s"] = await one_view(browser, server.url, server, timeout_s)
+                if views:  # before the load: one view cold, then the same page again
+                    record |= await views_cpu(browser, server, timeout_s)
                 cpu0, t0 = server.cpu(), time.monotonic()
                 tasks = [asyncio.create_task(session(browser, server.url, timeout_s)) for _ in range(n)]
                 while not all(t.done() for t in tasks):
@@ -257,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(records))
     for r in records:
         if "view_cpu_cold_s" in r:
-            print(f"server CPU per accuracy-page view: cold {r['view_cpu_cold_s']:.2f} s, "
-                  f"repeat {r['view_cpu_repeat_s']:.2f} s")  # fmt: skip
+            print(f"server CPU per accuracy-page view: cold {r['view_cpu_cold_s']:.2f} s, repeated by the same "
+                  f"visitor {r['view_cpu_repeat_same_visitor_s']:.2f} s, by a new visitor "
+                  f"{r['view_cpu_repeat_new_visitor_s']:.2f} s")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": note, "records": records}, indent=2))
     return 0

@@ -48,6 +48,7 @@ def test_altair_builds_its_schema_table_once_per_process(monkeypatch):
     original = schemapi._FromDict.hash_schema.__func__
     monkeypatch.setattr(schemapi._FromDict, "hash_schema", classmethod(lambda cls, *a, **k: calls.append(1) or
                                                                          original(cls, *a, **k)))  # fmt: skip
+
     def chart():
         return alt.Chart().mark_line().encode(x="n:Q", y=alt.Y("accuracy:Q", title="accuracy"), color="boundary:N")
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from engine.core.presets import PRESETS, RunConfig, preset
 from engine.core.store import KEY, REPO, Store, atomic_write, check_run_key, weights_not_kept
 from engine.core.train import resolve_device
+from engine.errors import explain
 from engine.experiments import REGISTRY
 from engine.experiments import runs as experiments
 from engine.runtime.settings import (  # noqa: F401  (what a deployment allows, re-exported: jobs.read_only, ...)
@@ -372,8 +373,9 @@ def work(root: Path, jid: str, spec: Spec | None = None) -> int:
     _update(root, jid, state="running", pid=os.getpid(), host=platform.node(), message="starting")
     try:
         message = execute(spec, Store(root), Reporter(root, jid))
-    except Exception as e:
-        _update(root, jid, state="failed", eta_s=None, message=f"failed: {type(e).__name__}: {e}")
+    except Exception as e:  # a known failure in its sentence (engine.errors.explain), else the exception's line
+        reason = explain(e) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        _update(root, jid, state="failed", eta_s=None, message=f"failed: {reason}")
         raise
     _update(root, jid, state="done", eta_s=0, message=message)
     return 0
