@@ -73,6 +73,12 @@ def cpu_s(pids: list[int]) -> float:
     return total / CLK_TCK
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (all processes, every core), from /proc/stat."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / CLK_TCK  # all but idle and iowait
+
+
 def rss_mb(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -203,15 +209,18 @@ async def measure(n: int, results: Path, timeout_s: float, views: bool) -> dict:
                 record: dict = {"sessions": n}
                 if views:  # before the load: one view cold, then the same page again
                     record |= await views_cpu(browser, server, timeout_s)
-                cpu0, t0 = server.cpu(), time.monotonic()
+                cpu0, t0, machine0 = server.cpu(), time.monotonic(), machine_busy_s()
+                browser0 = cpu_s([p for p in tree(os.getpid()) if p != os.getpid()])
                 tasks = [asyncio.create_task(session(browser, server.url, timeout_s)) for _ in range(n)]
                 while not all(t.done() for t in tasks):
                     server.sample()
                     await asyncio.sleep(0.5)
                 found = [t.result() for t in tasks]
+                record["browser_cpu_s"] = cpu_s([p for p in tree(os.getpid()) if p != os.getpid()]) - browser0
                 await browser.close()
         finally:
             wall, cpu = time.monotonic() - t0, server.cpu() - cpu0
+            record["machine_busy_cpu_s"] = machine_busy_s() - machine0
             server.sample()
             server.stop()
     cards = [r["card_s"] for r in found if r["card_s"] is not None]
@@ -234,13 +243,14 @@ def table(records: list[dict]) -> str:
     def f(x):
         return "—" if x is None else f"{x:.1f}"
 
-    lines = ["| N | first card p50 / p95 / max (s) | first chart p50 / p95 / max (s) | charts drawn | server CPU (s) | "
-             "peak RSS (MB) |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| N | first card p50 / p95 / max (s) | first chart p50 / p95 / max (s) | charts drawn | CPU s: server / "
+             "browser / whole machine (wall s) | server peak RSS (MB) |", "|---|---|---|---|---|---|"]  # fmt: skip
     for r in records:
         lines.append(
             f"| {r['sessions']} | {f(r['card_p50_s'])} / {f(r['card_p95_s'])} / {f(r['card_max_s'])} | "
             f"{f(r['chart_p50_s'])} / {f(r['chart_p95_s'])} / {f(r['chart_max_s'])} | {r['charts']} of "
-            f"{r['sessions']} | {r['server_cpu_s']:.1f} | {r['peak_rss_mb']:.0f} |"
+            f"{r['sessions']} | {r['server_cpu_s']:.1f} / {r['browser_cpu_s']:.1f} / {r['machine_busy_cpu_s']:.0f} "
+            f"({r['wall_s']:.0f}) | {r['peak_rss_mb']:.0f} |"
         )
     return "\n".join(lines)
 
