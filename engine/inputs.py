@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
+from engine.core.limits import MAX_LOOPS  # loop counts per forward; a shared dashboard caps lower (jobs.CAPS)
 from engine.core.presets import RunConfig
 from engine.errors import UsageError
 
-MAX_LOOPS = 1000  # loop counts per forward (eval, ouro); a shared dashboard caps lower (engine.runtime.jobs.CAPS)
 MAX_SEEDS, MAX_SEED = 1024, 2**31 - 1  # seeds per command, and the largest seed (every RNG here takes it)
 MAX_WORKERS = 4 * (os.cpu_count() or 1)  # local processes: more than this only thrashes
 
@@ -100,3 +101,37 @@ def check_runs(root: Path, keys: list[str]) -> RunConfig:
 def check_repo(repo: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", repo) or ".." in repo:
         raise UsageError(f"--repo {repo!r} is not a Hugging Face repo id; write it ORG/NAME.")
+
+
+def check_memory(units: Iterable[tuple[RunConfig, Iterable[int]]], device: str, store=None) -> None:
+    """Refuse, before anything is allocated, a training whose group does not fit `device` (engine.core.memory:
+    the estimated peak against a GPU's memory or the machine's RAM, $LOOPSCOPE_MEMORY_GB overriding both). Units
+    are (config, seeds); with `store`, only configs with a seed not cached there train, so only they are checked.
+    A lower bound (weights, AdamW state and the input every layer keeps at every loop step, checkpointed or not)
+    refuses the absurd at once, without the estimate's own forward. UsageError with one sentence."""
+    from engine.core import presets
+    from engine.core.memory import GIB, available, check_fits, longest_sequence
+
+    try:
+        have = available(device)
+    except ValueError:
+        raise UsageError(
+            f"LOOPSCOPE_MEMORY_GB={os.environ.get('LOOPSCOPE_MEMORY_GB')!r:.40} is not a number of gigabytes; "
+            "set it like 16, or unset it to use this machine's memory."
+        ) from None
+    size = lambda n: f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.1f} MiB"  # noqa: E731
+    todo = [cfg for cfg, seeds in units if store is None or any(store.status(cfg.run_key(s)) != "ok" for s in seeds)]
+    for cfg in dict.fromkeys(todo):  # each config once
+        members, m = cfg.train.group_size, cfg.model
+        loops = max(presets.parse_loops(cfg.train.loops)[1]) if cfg.train.loops else m.trained_loops
+        items = members * cfg.train.batch_size
+        least = 16 * m.n_params * members + 2 * items * loops * m.layers_per_block * m.d_model * longest_sequence(cfg)
+        try:
+            if least > have:
+                raise ValueError(
+                    f"a group of {members} seed(s) needs more than {size(least)} on {device} and {size(have)} are "
+                    "there; use a smaller train.group_size, train.batch_size or model."
+                )
+            check_fits(cfg, members, device)
+        except ValueError as e:
+            raise UsageError(f"{cfg.task.name} {cfg.model.arch} {cfg.model.boundary}: {e}") from None

@@ -20,6 +20,8 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from engine.core.limits import check_difficulties, check_fields
+
 MAX_VARIABLES = 32
 SPECIALS = ("0", "1", "=", "?", "id", "not")
 VOCAB = SPECIALS + tuple(f"v{i}" for i in range(MAX_VARIABLES))
@@ -48,16 +50,12 @@ class TaskConfig:
     eval_seed: int = 20_261_001
 
     def __post_init__(self):
+        check_fields(self, "task")  # types and ranges: engine.core.limits.RANGES
         if self.name not in TASK_NAMES:
             raise ValueError(f"unknown task {self.name!r}; choose one of {', '.join(TASK_NAMES)}.")
         if not self.train_difficulties or not self.eval_difficulties:
             raise ValueError("train_difficulties and eval_difficulties must each name at least one value.")
-        if min(self.train_difficulties + self.eval_difficulties) < 1:
-            raise ValueError("difficulties (hops for chain, length for parity) must be at least 1.")
-        if not 0.0 <= self.holdout < 1.0 or not 0.0 <= self.curriculum <= 1.0:
-            raise ValueError("holdout must lie in [0, 1) and curriculum in [0, 1].")
-        if self.eval_examples < 2 or self.eval_examples % 2:
-            raise ValueError(f"eval_examples must be even and at least 2, got {self.eval_examples}.")
+        check_difficulties(self.name, self.train_difficulties, self.eval_difficulties)
         if self.name == "chain":
             hardest = max(self.train_difficulties + self.eval_difficulties)
             if not self.chains * (hardest + 1) <= self.variables <= MAX_VARIABLES:
@@ -70,8 +68,6 @@ class TaskConfig:
                 raise ValueError("the layered order needs 3 or more chains (2 would alternate: a positional shortcut).")
             if self.order not in CHAIN_ORDERS:
                 raise ValueError(f"chain order must be one of {', '.join(CHAIN_ORDERS)}, got {self.order!r}.")
-            if not 0.0 <= self.neg_prob <= 1.0:
-                raise ValueError(f"neg_prob must lie in [0, 1], got {self.neg_prob}.")
 
 
 def layered_slots(B: int, C: int, H: int, g: torch.Generator) -> Tensor:
