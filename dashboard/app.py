@@ -44,6 +44,7 @@ except settings.Refused as e:  # an unclear LOOPSCOPE_READ_ONLY: say so on every
     st.error(str(e))
 if settings.read_only():
     st.sidebar.caption(exposed or "Read-only: this copy shows results and runs nothing.")
+    st.set_option("client.showErrorDetails", "type")  # an error outside page.run() (a callback, a fragment): no trace
 try:
     page.run()
 except Exception as e:  # last resort: a message, never a traceback (Streamlit's rerun/stop are BaseExceptions)

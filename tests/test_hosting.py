@@ -190,6 +190,8 @@ def test_a_read_only_copy_shows_no_server_path_traceback_or_log(monkeypatch, tmp
         assert not at.code or page != "run" or all("Traceback" not in c.value for c in at.code)
     assert "No space left" in shown and "…/x" in shown  # the short reason stays, its path cut to its last part
     assert not [b for b in at.button if b.key.startswith(("resume-", "cancel-"))]
+    assert st_config.get_option("client.showErrorDetails") == "type"  # an uncaught error: its type, no traceback
+    st_config.set_option("client.showErrorDetails", "full")
 
 
 def test_a_lost_job_resumes_from_its_own_spec_with_one_click(monkeypatch, tmp_path):
