@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import threading
-import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -47,24 +45,8 @@ def no_metrics_route() -> None:
     )
 
 
-def import_pages_beforehand(delay_s: float = 1.0) -> None:
-    """Import what the figure pages import (torch, scipy, pandas, Altair: some 3 s of CPU) in the background once
-    the server is up, rather than in the first visitor's page run."""
-
-    def run() -> None:
-        time.sleep(delay_s)
-        for module in ("dashboard.data", "dashboard.charts", "dashboard.views"):
-            try:
-                importlib.import_module(module)
-            except Exception:  # the page that needs it will say what is wrong
-                return
-
-    threading.Thread(target=run, name="import-pages", daemon=True).start()
-
-
 def main(argv: list[str]) -> int:
     no_metrics_route()
-    import_pages_beforehand()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", "run", str(APP), *argv]
