@@ -21,7 +21,7 @@ import streamlit as st
 from dashboard.results import catalog, presets, results_root, tables_state  # noqa: F401  (re-exported)
 from engine.core import stats
 from engine.core.presets import train_ranges
-from engine.core.store import RESULT_COLUMNS, CorruptRun, Store
+from engine.core.store import RESULT_COLUMNS, CorruptRun, Store, weights_not_kept
 from engine.experiments import e2, e3, e4, verdicts
 from engine.runtime import jobs
 
@@ -368,6 +368,7 @@ def _run_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | N
             "steps": m.get("steps"),
             "final loss": m.get("final_loss"),
             "wall (s)": m.get("wall_time_s"),
+            "weights": "kept" if weights_not_kept(m) is None else "not kept",
             "device": m.get("device", ""),
             "commit": str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else ""),
             "created": m.get("created", ""),

@@ -60,10 +60,10 @@ def slug(name: str) -> str:
     return name.split()[0]
 
 
-def run_candidate(name: str, run: RunConfig, rule: float = RULE) -> dict:
-    """Train SEEDS norm-mode, score the mean accuracy at n = T over the held-out training difficulties."""
+def run_candidate(name: str, run: RunConfig, rule: float = RULE, seeds=SEEDS, device: str = "cpu") -> dict:
+    """Train `seeds` norm-mode, score the mean accuracy at n = T over the held-out training difficulties."""
     t0 = time.time()
-    result = train_group(run, SEEDS, progress=False)
+    result = train_group(run, list(seeds), device, progress=False)
     rows = evaluate(result.model, run.task, run.max_eval_loops, "norm", progress=False)
     acc = rows[rows.metric == "accuracy"]
     at_t = acc[acc.eval_loops == run.model.trained_loops]
@@ -75,6 +75,9 @@ def run_candidate(name: str, run: RunConfig, rule: float = RULE) -> dict:
         "config": run.to_dict(),
         "params": run.model.n_params,
         "wall_s": round(time.time() - t0, 1),
+        "train_wall_s": round(result.wall_s, 1),
+        "device": result.device,
+        "dtype_policy": result.policy,
         "final_loss": [round(float(v), 4) for v in result.losses[-1]],
         "acc_at_T_by_k": {int(k): round(float(v), 4) for k, v in per_k.items()},
         "acc_at_T_by_seed_k": {

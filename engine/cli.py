@@ -24,6 +24,7 @@ from engine.inputs import (  # noqa: F401  (MAX_SEED: read by the tests)
     MAX_SEED,
     MAX_SEEDS,
     MAX_WORKERS,
+    check_memory,
     check_repo,
     check_runs,
     parse_loops,
@@ -51,10 +52,10 @@ def load_config(args) -> RunConfig:
             raise UsageError(
                 f"config file {args.config} does not exist; pass a JSON file written by 'loopscope list --json'."
             ) from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise UsageError(
-                f"config file {args.config} is not a run config ({e}); start from a preset's JSON."
-            ) from None
+        except json.JSONDecodeError as e:
+            raise UsageError(f"config file {args.config} is not JSON ({e}); start from a preset's JSON.") from None
+        except ValueError as e:  # RunConfig's validation: a sentence naming the field, its range and the value
+            raise UsageError(f"config file {args.config}: {e}") from None
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
     try:
@@ -113,7 +114,10 @@ def ray_fan_out(args, units, store) -> str:
 def cmd_train(args) -> int:
     cfg = load_config(args)
     if args.group_size:  # a different group is a different computation: it changes the run keys
-        cfg = replace(cfg, train=replace(cfg.train, group_size=args.group_size))
+        try:
+            cfg = replace(cfg, train=replace(cfg.train, group_size=args.group_size))
+        except ValueError as e:
+            raise UsageError(f"--group-size: {e}") from None
     seeds = parse_seeds(args.seeds)
     from engine.experiments.runs import ensure_runs
 
@@ -122,6 +126,7 @@ def cmd_train(args) -> int:
         device = ray_fan_out(args, [(cfg, seeds, "train")], store)
     else:
         device = device_of(args)
+        check_memory([(cfg, seeds)], device, store)  # before any group trains
     keys = ensure_runs(cfg, seeds, store, experiment="train", device=device)
     rows = pd.concat([store.load_rows(k) for k in keys])
     print(accuracy_table(rows))
@@ -172,6 +177,10 @@ def cmd_run(args) -> int:
         raise UsageError("--workers is for the local backend; Ray places its tasks itself (drop --workers).")
     device = device_of(args)
     store = open_store(args)
+    if args.backend != "ray":  # every training of every experiment asked for, before the first one starts
+        units = [(cfg, seeds_for(name, args.preset, cfg, seeds))
+                 for name in names for cfg, _ in REGISTRY[name].trainings(args.preset, tasks)]  # fmt: skip
+        check_memory(units, device, store)
     for name, module in zip(names, modules, strict=True):
         start = time.perf_counter()  # the fan-out included: the figure is the experiment's wall time
         if args.backend == "ray":
@@ -236,7 +245,7 @@ def cmd_bench(args) -> int:
         device = device_of(args)
         if device == "cpu":
             raise UsageError("--device auto found no GPU; run `loopscope bench` for the CPU benchmark.")
-        result, report = bench.run_device(device, compile=args.compile), bench.format_device_report
+        result, report = bench.run_device(device, compile=not args.no_compile), bench.format_device_report
     print(json.dumps(result, indent=2) if args.json else report(result))
     return 0
 
@@ -262,6 +271,7 @@ def cmd_verify(args) -> int:
             f"run 'loopscope run {args.experiment} --preset {args.preset}' there first, or pass --results."
         )
     device, results = device_of(args), []
+    check_memory([(cfg, seeds) for cfg in units], device)  # every group retrains
     for cfg in units:
         groups = cfg.groups(seeds)
         what = f"{cfg.task.name} {cfg.model.arch} {cfg.model.boundary}, {cfg.train.steps} steps"
@@ -311,10 +321,12 @@ def cmd_restore(args) -> int:
     store = open_store(args)
     weightless = [k for k in keys if weights_not_kept(store.manifest(k)) is not None]
     groups = {json.dumps([store.manifest(k)[f] for f in ("config", "group")], sort_keys=True) for k in weightless}
+    device = device_of(args)
+    check_memory([(RunConfig.from_dict(store.manifest(k)["config"]), ()) for k in weightless], device)
     if weightless:
         print(f"restoring {len(weightless)} run(s): retraining {len(groups)} group(s) in a temporary folder.",
               file=sys.stderr)  # fmt: skip
-    outcome = restore(store, keys, device_of(args))
+    outcome = restore(store, keys, device)
     for key, what in outcome.items():
         print(f"{key}: {what}.")
     return 0 if all(w.startswith(("restored", "has its weights")) for w in outcome.values()) else 1
@@ -514,7 +526,7 @@ def build_parser() -> Parser:
     p.add_argument(
         "--device", default="cpu", choices=["auto", "cpu", "cuda"], help="cuda/auto: the paper preset on a GPU"
     )
-    p.add_argument("--compile", action="store_true", help="with a GPU: also measure through torch.compile")
+    p.add_argument("--no-compile", action="store_true", help="with a GPU: skip the torch.compile levers")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("verify", parents=[common], help="retrain seeds of a shipped study here and compare")

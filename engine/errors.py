@@ -37,6 +37,8 @@ def _in_checkpoint_loading(e: BaseException) -> bool:
 
 def explain(e: BaseException) -> str | None:
     """One sentence for a known failure, or None (a bug: let it show its traceback)."""
+    if isinstance(e, UsageError):  # already a sentence (a diverged training, weights not kept, ...)
+        return str(e)
     if isinstance(e, OSError) and e.errno in NO_SPACE:
         return (
             f"no space left on the device{_where(e)}; nothing half-written was kept: free some space (or pass "

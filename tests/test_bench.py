@@ -90,14 +90,17 @@ def test_smoke_preset_is_not_the_cpu_one():  # the run-all figure counts the pre
 def test_device_report_names_every_figure():
     r = {"step_s": 0.05, "tokens_per_s": 1e6, "flop_per_s": 2e14, "mfu": 0.25}
     result = {"device": "NVIDIA X", "bf16_peak_tflops": 800.0}
-    result |= {t: {"eager": r, "compiled": r | {"mfu": 0.3}} for t in ("parity", "chain")}
+    fast = r | {"step_s": 0.025, "mfu": 0.5, "peak_memory_gib": 60.0, "estimated_memory_gib": 70.0}
+    ev = {"seeds": 4, "items": 128, "per_member_s": 0.4, "batched_s": 0.1, "ratio": 4.0, "group_eval_estimate_s": 30}
+    result |= {t: {"16": {"eager_foreach": r, "compiled_fused": fast}, "eval": ev} for t in ("parity", "chain")}
     text = bench.format_device_report(result)
     for phrase in (
         "NVIDIA X: bf16 matmul peak 800.0",
-        "chain, compiled",
+        "chain, 16 seed(s), compiled_fused: 25.0 ms/step",
         "50.0 ms/step",
         "1,000,000 tokens/s",
-        "30.0%",
+        "50.0% of the peak, 2.00x eager, peak 60.0 GiB (estimated 70.0)",
+        "400 ms for 4 members one at a time, 100 ms batched (4.0x)",
     ):
         assert phrase in text, phrase
 

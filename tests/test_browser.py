@@ -70,9 +70,9 @@ def shots(tmp_path_factory) -> Path:
     print(f"\nscreenshots: {folder}")
 
 
-@pytest.fixture(scope="module")
-def server(results, tmp_path_factory):
-    """`streamlit run dashboard/app.py` on 127.0.0.1 over `results`; yields its base URL."""
+def streamlit_server(results: Path, tmp_path_factory):
+    """`streamlit run dashboard/app.py` on 127.0.0.1 over `results` (a generator for module fixtures): yields its
+    base URL once /_stcore/health answers, stops it afterwards."""
     port = free_port()
     log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "w")  # noqa: SIM115 (closed below)
     command = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true"]
@@ -95,6 +95,12 @@ def server(results, tmp_path_factory):
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(results, tmp_path_factory):
+    """The dashboard served over `results`; yields its base URL."""
+    yield from streamlit_server(results, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,11 @@
 is shown instead, and the changed views are kept as screenshots ($LOOPSCOPE_SCREENSHOTS, else a test folder)."""
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, free_port, run_ended
+from tests.test_browser import CHROMIUM, run_ended, streamlit_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "cached_results"
@@ -20,33 +19,7 @@ pytestmark = pytest.mark.skipif(not (SHIPPED / "e5-cpu.parquet").exists(), reaso
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    import subprocess
-    import sys
-    import urllib.request
-
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "w")  # noqa: SIM115 (closed below)
-    command = [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.headless",
-               "true", "--server.port", str(port), "--server.address", "127.0.0.1",
-               "--browser.gatherUsageStats", "false"]  # fmt: skip
-    env = dict(os.environ, LOOPSCOPE_RESULTS=str(SHIPPED), LOOPSCOPE_CACHE=str(tmp_path_factory.mktemp("cache")))
-    proc = subprocess.Popen(command, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start; see {log.name}") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
+    yield from streamlit_server(SHIPPED, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,10 @@ def tiny(steps=30, **train):
 
 def test_a_distribution_that_always_draws_T_trains_bit_identically_to_the_default(monkeypatch):
     """The per-step loop count goes through the sampler without touching any other random stream."""
+    from engine.core.memory import estimate
+
+    for cfg in (tiny(), tiny(loops="uniform:3-3"), tiny(loops="uniform:1-6")):
+        estimate(cfg, 2, "cpu")  # the memory estimate's own forwards (cached per config), before counting training's
     seen = []
     forward = LoopedLM.forward
     monkeypatch.setattr(LoopedLM, "forward", lambda self, tokens, n=None, *a, **k: seen.append(n) or forward(

@@ -112,3 +112,16 @@ def test_the_repository_is_light():
     groups = {json.dumps([shipped.manifest(k)["config"], shipped.manifest(k)["group"]]) for k in shipped.run_keys()}
     assert len(kept) == len(groups)  # one seed per training group can be extended live from the browser
     assert all(pd.notna(shipped.manifest(k)["seed"]) for k in kept)
+
+
+def test_the_runs_page_says_how_to_get_a_weightless_runs_weights_back(light, monkeypatch, tmp_path):
+    from tests.test_dashboard import render
+
+    store, keys, _ = light
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path / "cache"))
+    at = render(monkeypatch, store.root, "runs", run=keys[1])
+    infos = " ".join(i.value for i in at.info)
+    assert "weights are not kept here" in infos and f"loopscope restore {keys[1]}" in infos
+    assert not [e for e in at.expander if "Evaluate at more loop counts" in e.label]
+    at = render(monkeypatch, store.root, "runs", run=keys[0])
+    assert "weights are not kept here" not in " ".join(i.value for i in at.info)

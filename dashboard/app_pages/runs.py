@@ -6,6 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import charts, data, ui, views
+from engine.core.store import how_to_get_weights, weights_not_kept
 from engine.runtime import jobs
 from engine.runtime.settings import redact, shown_path
 
@@ -94,7 +95,11 @@ with loss_col:
         caption += "." if scale == "log" else " (a loss of exactly 0 has no place on a log scale)."
         ui.figure(charts.loss_chart(curve), curve, f"run-{key}-loss", caption)
 
-if not jobs.read_only():
+why_no_weights = weights_not_kept(manifest)
+if why_no_weights is not None:  # a state, not damage: the rows above are complete
+    st.info(f"This run's weights are not kept here ({why_no_weights}), so it cannot be evaluated further; "
+            f"{how_to_get_weights(key)}.")  # fmt: skip
+elif not jobs.read_only():
     with st.expander("Evaluate at more loop counts", icon=":material/add_chart:"):
         have, cap = int(rows["eval_loops"].max()) if len(rows) else 0, jobs.caps()["max_loops"]
         left, right = st.columns(2)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor, nn
 
 BOUNDARIES = ("norm", "none")  # the modes a model is trained with
@@ -47,9 +48,9 @@ class ModelConfig:
     norm_eps: float = 1e-6
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "layers_per_block", "trained_loops"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}.")
+        from engine.core.limits import check_fields
+
+        check_fields(self, "model")  # types and ranges: engine.core.limits.RANGES
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"d_model ({self.d_model}) must split into n_heads ({self.n_heads}) heads of an "
@@ -211,6 +212,7 @@ class LoopedLM(nn.Module):
         all_positions: bool = False,
         readout_steps: str = "all",  # "all": read out every step; "last": only the final one
         scales: Tensor | None = None,  # (>= n, S) the fixed per-step scalars s_t of mode `rescale`
+        recompute: bool = False,  # keep only each layer's input for the backward, recompute the rest (train.checkpoint)
     ) -> LoopOutput:
         n = self.cfg.trained_loops if n_loops is None else n_loops  # 0 is not "the default": it is refused
         if n < 1:
@@ -228,7 +230,7 @@ class LoopedLM(nn.Module):
         # 2. loop n times, reading out each step
         logits, norm_pre, norm_post = [], [], []
         for step in range(1, n + 1):
-            x = self.block(h, rope_cs)
+            x = self.block(h, rope_cs, recompute and torch.is_grad_enabled())
             h, readout_in = self.boundary_transfer(x, mode, None if scales is None else scales[step - 1])
             norm_pre.append(x[:, :, -1].float().norm(dim=-1))
             norm_post.append(h[:, :, -1].float().norm(dim=-1))
@@ -237,9 +239,14 @@ class LoopedLM(nn.Module):
                 logits.append(self.lm_head(readout_in if all_positions else readout_in[:, :, -1:]))
         return LoopOutput(torch.stack(logits), torch.stack(norm_pre), torch.stack(norm_post))
 
-    def block(self, h: Tensor, rope_cs: tuple[Tensor, Tensor]) -> Tensor:
+    def block(self, h: Tensor, rope_cs: tuple[Tensor, Tensor], recompute: bool = False) -> Tensor:
+        """The block's layers in order; with recompute, activation checkpointing per layer (only each layer's input is
+        kept for the backward; the same ops run again there, so the result is unchanged)."""
         for layer in self.layers:
-            h = layer(h, rope_cs)
+            if recompute:
+                h = torch.utils.checkpoint.checkpoint(layer, h, rope_cs, use_reentrant=False)
+            else:
+                h = layer(h, rope_cs)
         return h
 
     def boundary_transfer(self, x: Tensor, mode: str, scale: Tensor | None = None) -> tuple[Tensor, Tensor]:

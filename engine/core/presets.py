@@ -2,17 +2,18 @@
 
 A run is (RunConfig, seed). The config is frozen, so it is its own cache key: `run_key` hashes
 the config together with the seed. A field added later is left out of the key while it has its
-default (`train.loops`), so every run stored before it keeps its key.
+default (`train.loops`, `train.checkpoint`), so every run stored before it keeps its key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
+from engine.core.limits import MAX_LOOPS, check_fields
 from engine.core.model import BOUNDARIES, ModelConfig
-from engine.core.tasks import TASK_NAMES, VOCAB_SIZE, TaskConfig
+from engine.core.tasks import MAX_VARIABLES, TASK_NAMES, VOCAB_SIZE, TaskConfig
 
 ARCHS = ("looped", "stacked")
 
@@ -27,15 +28,15 @@ def parse_loops(spec: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         numbers = ()
     arity = {"fixed": 1, "uniform": 2, "lognormal": 2}.get(kind)
-    ok = arity is not None and len(numbers) == arity and min(numbers) >= 1
+    ok = arity is not None and len(numbers) == arity and 1 <= min(numbers) <= max(numbers) <= MAX_LOOPS
     if ok and kind == "uniform":
         ok = numbers[0] <= numbers[1] and "-" in rest
     if ok and kind == "lognormal":
         ok = 2 <= numbers[0] <= numbers[1] and "-" not in rest  # mean - 1 is the Poisson's mean rate: at least 1
     if not ok:
         raise ValueError(
-            f"train.loops {spec!r} names no loop-count distribution; write fixed:T, uniform:A-B (1 <= A <= B) "
-            "or lognormal:MEAN:MAX (2 <= MEAN <= MAX)."
+            f"train.loops {spec[:40]!r} names no loop-count distribution; write fixed:T, uniform:A-B (1 <= A <= B) "
+            f"or lognormal:MEAN:MAX (2 <= MEAN <= MAX), loop counts at most {MAX_LOOPS}."
         )
     return kind, numbers
 
@@ -52,17 +53,14 @@ class TrainConfig:
     loss_over_steps: bool = False  # False: loss at the final loop step only
     group_size: int = 16  # seeds trained as one batch: seed s always trains with seeds G*(s//G) .. G*(s//G)+G-1
     loops: str = ""  # loop count of each step (parse_loops); "": the model's trained_loops T, every step
+    checkpoint: str = ""  # "layer": keep only each layer's input for the backward, recompute the rest (more compute)
 
     def __post_init__(self):
+        check_fields(self, "train")  # types and ranges: engine.core.limits.RANGES
         if self.loops:
             parse_loops(self.loops)
-        for name in ("steps", "batch_size", "warmup_steps", "group_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
-        if self.batch_size % 2:
-            raise ValueError(f"train.batch_size must be even (labels are exactly balanced), got {self.batch_size}.")
-        if self.lr <= 0 or self.grad_clip <= 0:
-            raise ValueError("train.lr and train.grad_clip must be positive.")
+        if self.checkpoint not in ("", "layer"):
+            raise ValueError(f'train.checkpoint must be "" (none) or "layer", got {self.checkpoint!r}.')
 
 
 @dataclass(frozen=True)
@@ -73,8 +71,12 @@ class RunConfig:
     max_eval_loops: int  # evaluate n = 1..max_eval_loops after training (3T by default)
 
     def __post_init__(self):
-        if self.max_eval_loops < 1:
-            raise ValueError(f"max_eval_loops must be at least 1, got {self.max_eval_loops}.")
+        check_fields(self, "run")  # types and ranges: engine.core.limits.RANGES
+        if self.model.vocab_size != VOCAB_SIZE:
+            raise ValueError(
+                f"model.vocab_size must be {VOCAB_SIZE}, the tasks' vocabulary (0 1 = ? id not "
+                f"v0..v{MAX_VARIABLES - 1}), got {self.model.vocab_size}."
+            )
         if self.train.loops == f"fixed:{self.model.trained_loops}":  # the default, spelled out: one config, one key
             object.__setattr__(self, "train", replace(self.train, loops=""))
 
@@ -102,17 +104,42 @@ class RunConfig:
         """The config as stored in manifests and hashed into run keys; `train.loops` only where it is not the
         default, so runs from before the field existed keep their keys and manifests."""
         d = asdict(self)
-        if not self.train.loops:
-            del d["train"]["loops"]
+        for field in ("loops", "checkpoint"):  # added later: left out at their defaults, so old keys stand
+            if not getattr(self.train, field):
+                del d["train"][field]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
-        task = dict(d["task"])
-        for k in ("train_difficulties", "eval_difficulties"):
-            task[k] = tuple(task[k])
-        loops = d.get("max_eval_loops", d.get("eval_loops"))  # runs before 2026-12-03 say eval_loops
-        return cls(ModelConfig(**d["model"]), TaskConfig(**task), TrainConfig(**d["train"]), loops)
+        """The config `to_dict` wrote (a manifest's, or a --config file): every section and field given, none
+        unknown, else ValueError naming them. Only the fields to_dict leaves out at their defaults may be left
+        out, and `eval_loops` stands for max_eval_loops (runs before 2026-12-03)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a run config is a JSON object of model, task, train and max_eval_loops, got {d!r:.40}.")
+        d = dict(d)
+        if "eval_loops" in d and "max_eval_loops" not in d:
+            d["max_eval_loops"] = d.pop("eval_loops")
+        _all_named(d, ("model", "task", "train", "max_eval_loops"), "the config")
+        made = {}
+        for name, section in (("model", ModelConfig), ("task", TaskConfig), ("train", TrainConfig)):
+            if not isinstance(d[name], dict):
+                raise ValueError(f"{name} must be a JSON object of its fields, got {d[name]!r:.40}.")
+            optional = ("loops", "checkpoint") if name == "train" else ()  # left out at their defaults
+            _all_named(d[name], [f.name for f in fields(section) if f.name not in optional], name, optional)
+            made[name] = section(**d[name])
+        return cls(made["model"], made["task"], made["train"], d["max_eval_loops"])
+
+
+def _all_named(given: dict, wanted, where: str, optional=()) -> None:
+    """ValueError with one sentence unless `given` has every key of `wanted` and nothing outside it and `optional`."""
+    missing = [k for k in wanted if k not in given]
+    unknown = [str(k)[:40] for k in given if k not in wanted and k not in optional][:5]
+    if missing or unknown:
+        parts = [f"lacks {', '.join(missing)}"] * bool(missing) + [f"has unknown {', '.join(unknown)}"] * bool(unknown)
+        raise ValueError(
+            f"{where} {' and '.join(parts)}; a run config names every field (start from a preset's, e.g. "
+            "'loopscope list --json' or RunConfig.to_dict())."
+        )
 
 
 def default_task(name: str, hardest_train: int, beyond: int, **knobs) -> TaskConfig:
@@ -185,7 +212,11 @@ def paper(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
         else default_task("chain", 6, 3, chains=3, variables=32, order="layered", holdout=0.5, eval_examples=1024)
     )
     model = ModelConfig(VOCAB_SIZE, d_model=512, n_heads=8, d_ff=1376, layers_per_block=6, trained_loops=4)
-    train = TrainConfig(steps=20_000, batch_size=256, lr=5e-4, warmup_steps=1000)
+    # Every default group of 16 fits one 80 GB GPU (74.5 GiB). engine.core.memory's estimates on a GPU, calibrated on
+    # an H200 to 1%: looped parity 64.5 GiB as it is; stacked parity 79.0, looped chain 228.0, stacked chain 240.1,
+    # which keep only each layer's input for the backward (26.0, 22.3, 37.5 GiB; about a third more compute).
+    checkpoint = "" if (task, arch) == ("parity", "looped") else "layer"
+    train = TrainConfig(steps=20_000, batch_size=256, lr=5e-4, warmup_steps=1000, checkpoint=checkpoint)
     return _make(t, model, train, boundary, arch)
 
 

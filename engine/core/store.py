@@ -191,8 +191,10 @@ def provenance(device: str) -> dict:
     import numpy
     import safetensors
 
+    gpu = {}
     if device.startswith("cuda") and torch.cuda.is_available():
         device_name = f"cuda ({torch.cuda.get_device_name(0)})"
+        gpu = {"gpu": gpu_info()}
     else:
         device_name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     return {
@@ -207,6 +209,7 @@ def provenance(device: str) -> dict:
         },
         "device": device_name,
         "machine": machine(),
+        **gpu,
         "host": platform.node(),
         "created": utc_now(),
     }
@@ -225,6 +228,27 @@ def valid_manifest(m) -> str | None:
     if not isinstance(m.get("config", {}), dict) or not isinstance(m.get("seed", 0), int):
         return "has a config or seed of the wrong type"
     return None
+
+
+def gpu_info() -> dict:
+    """What a GPU result's rounding rests on: the GPU model, its driver, CUDA and cuDNN, and torch's build."""
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True,
+            timeout=10,
+        ).stdout.strip().splitlines()[0]  # fmt: skip
+    except (OSError, subprocess.SubprocessError, IndexError):
+        driver = "unknown"
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "name": torch.cuda.get_device_name(0),
+        "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "driver": driver,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "torch": torch.__version__,
+    }
 
 
 def machine() -> dict:
@@ -357,6 +381,7 @@ class Store:
     def commit(self, key: str, manifest: dict, blobs: dict[str, bytes], keep: dict[str, str] | None = None) -> None:
         """Make `manifest` (plus `files`) the run's state in one atomic step: blobs are role -> bytes;
         keep is stored name -> sha256 of files that stay. Files the new manifest does not name go."""
+        json.dumps(manifest, allow_nan=False)  # strict JSON (no NaN, no Infinity): refused before any file is written
         folder = self.run_dir(key)
         folder.mkdir(parents=True, exist_ok=True)
         files = dict(keep or {})
@@ -366,7 +391,7 @@ class Store:
                 atomic_write(folder / name, data)
             files[name] = sha256(data)
         manifest = dict(manifest, files=files)
-        atomic_write(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+        atomic_write(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False).encode())
         for path in folder.iterdir():  # what no manifest names: replaced files, a dead writer's temporaries
             if path.name != MANIFEST and path.name not in files:
                 path.unlink(missing_ok=True)
@@ -438,11 +463,12 @@ class Store:
         """`<name>.parquet`, then `<name>.json` naming its sha256 (a kill between the two is a mismatch,
         detected on the next read and recomputed)."""
         data = parquet_bytes(table)
+        json.dumps(manifest, allow_nan=False)  # strict JSON (no NaN, no Infinity): refused before any file is written
         table_path, manifest_path = self.root / f"{name}.parquet", self.root / f"{name}.json"
         self.root.mkdir(parents=True, exist_ok=True)
         atomic_write(table_path, data)
         manifest = dict(manifest, files={table_path.name: sha256(data)})
-        atomic_write(manifest_path, json.dumps(manifest, indent=2, sort_keys=True).encode())
+        atomic_write(manifest_path, json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False).encode())
         return table_path, manifest_path
 
     def probe_manifest(self, name: str) -> dict:

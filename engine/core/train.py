@@ -34,17 +34,36 @@ from engine.core import tasks
 from engine.core.model import LoopedLM, build
 from engine.core.presets import RunConfig, parse_loops
 from engine.core.store import atomic_write
+from engine.errors import UsageError
 
 LOGNORMAL_SIGMA = 0.5  # the log-normal Poisson's sigma, as recurrent-depth models use (Geiping et al. 2025)
 
 
+class NonFiniteLoss(UsageError):
+    """A training whose loss became NaN or infinite: it stops there and nothing of its group is stored."""
+
+    def __init__(self, cfg: RunConfig, seeds: list[int], step: int, loss: torch.Tensor):
+        values = loss.tolist()
+        i = next(i for i, v in enumerate(values) if not math.isfinite(v))
+        group = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+        super().__init__(
+            f"training diverged: the loss of seed {seeds[i]} became {values[i]} at step {step} of {cfg.train.steps} "
+            f"(lr {cfg.train.lr:g}), so nothing of its group ({group}) was stored; lower train.lr or "
+            "train.weight_decay, or lengthen train.warmup_steps."
+        )
+        self.step, self.seed = step, seeds[i]
+
+
 @dataclass
 class TrainResult:
-    model: LoopedLM  # the trained ensemble, one member per seed, on the CPU
+    model: LoopedLM  # the trained ensemble, one member per seed, on the device it trained on
     losses: torch.Tensor  # (steps, S) training loss of each member at each step
     wall_s: float
     device: str
     resumed_from: int = 0  # the step a checkpoint had reached (0: trained from scratch)
+    policy: str = ""  # dtype_policy(): how it trained
+    peak_memory_gib: float | None = None  # measured on a GPU (torch.cuda.max_memory_allocated)
+    estimated_memory_gib: float | None = None
 
 
 def resolve_device(device: str) -> str:
@@ -95,9 +114,44 @@ def lr_lambda(cfg: RunConfig) -> Callable[[int], float]:
 
 
 def adamw(decay: list, no_decay: list, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW as every loop here uses it: weight decay on matrices only, betas (0.9, 0.95)."""
+    """AdamW as every loop here uses it: weight decay on matrices only, betas (0.9, 0.95); the fused CUDA kernel
+    on a GPU (one launch for every tensor), the multi-tensor one on the CPU (whose rounding the shipped runs have)."""
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.95), foreach=True)
+    on_gpu = all(p.is_cuda for p in decay + no_decay)
+    fast = {"fused": True} if on_gpu else {"foreach": True}
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.95), **fast)
+
+
+def dtype_policy(device: str, is_compiled: bool) -> str:
+    """How a device trains and evaluates, as manifests record it."""
+    if device == "cuda":
+        how = "torch.compile per decoder layer (dynamic shapes), " if is_compiled else ""
+        return f"cuda: {how}bf16 autocast for matmuls and attention, fp32 weights, AdamW (fused) and evaluation"
+    return f"cpu: fp32 throughout{', torch.compile' if is_compiled else ''}"
+
+
+def compile_wanted(device: str) -> bool:
+    """torch.compile on a GPU (fused norms, RoPE and SwiGLU; one compilation for every sequence length), not on
+    the CPU (where the shipped runs were made eager); $LOOPSCOPE_COMPILE=0 or 1 overrides."""
+    env = os.environ.get("LOOPSCOPE_COMPILE")
+    return env == "1" if env in ("0", "1") else device == "cuda"
+
+
+def compiled(model: LoopedLM) -> LoopedLM:
+    """The model with each decoder layer compiled (Inductor fuses its norms, RoPE, SwiGLU and casts): the layers
+    share one graph, so one compilation (dynamic shapes: every sequence length and group size) serves every layer
+    and loop step, in seconds rather than the minutes a whole unrolled loop takes. Weights and names unchanged."""
+    compile_cache()
+    for layer in model.layers:
+        layer.compile(dynamic=True)
+    return model
+
+
+def compile_cache() -> None:
+    """Keep Inductor's compiled kernels across processes (a second run of a shape skips most of the compile)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "loopscope" / "inductor"))
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
 
 
 def optimizer_step(loss: torch.Tensor, opt, sched, params: list, grad_clip: float, per_member: bool = True) -> None:
@@ -201,13 +255,21 @@ def train_group(
 ) -> TrainResult:
     """Train one group of seeds. With checkpoint_path, resume from it if it holds this run, and save it
     every checkpoint_every steps; on_step(steps done, total steps, mean loss) is called after each step.
-    compile (default: $LOOPSCOPE_COMPILE=1) runs the forward through torch.compile (dynamic shapes, one
-    compilation for every sequence length): worth it on a GPU, not on 2 CPU cores (README, performance)."""
+    compile (default: compile_wanted) runs the forward through torch.compile (dynamic shapes, one compilation for
+    every sequence length): worth it on a GPU, not on 2 CPU cores (README, performance). The estimated peak memory
+    is printed first, and a group that cannot fit ends with ValueError before anything is allocated."""
+    from engine.core.memory import GIB, check_fits
+
     device = resolve_device(device)
+    est = check_fits(cfg, len(seeds), device)
+    if progress:
+        print(f"loopscope: {est.sentence(device)}.", file=sys.stderr)
     t0 = time.perf_counter()
     model = build(cfg.model, seeds).to(device)
-    compile = os.environ.get("LOOPSCOPE_COMPILE") == "1" if compile is None else compile
-    forward = torch.compile(model, dynamic=True) if compile else model
+    compile = compile_wanted(device) if compile is None else compile
+    forward = compiled(model) if compile else model
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     decay = [p for p in model.parameters() if p.dim() == 3]  # matrices and embeddings
     no_decay = [p for p in model.parameters() if p.dim() != 3]  # RMSNorm gains
     t = cfg.train
@@ -229,10 +291,13 @@ def train_group(
         tokens = torch.stack([b.tokens for b in batches]).to(device, non_blocking=True)
         targets = torch.stack([b.targets for b in batches]).to(device, non_blocking=True)
         with autocast:
-            out = forward(tokens, loops[step], all_positions=True, readout_steps="all" if t.loss_over_steps else "last")
+            out = forward(tokens, loops[step], all_positions=True, readout_steps="all" if t.loss_over_steps else "last",
+                          recompute=t.checkpoint == "layer")  # fmt: skip
         loss = member_losses(out.logits, targets)
         optimizer_step(loss.sum(), opt, sched, params, t.grad_clip)  # each member's gradient is its own loss's
         losses[step] = loss.detach().float().cpu()
+        if not torch.isfinite(losses[step]).all():  # diverged: stop, store nothing (the caller gets one sentence)
+            raise NonFiniteLoss(cfg, seeds, step + 1, losses[step])
         if step % 50 == 0 or step == t.steps - 1:
             bar.set_postfix(loss=f"{losses[step].mean():.4f}")
         done = step + 1
@@ -240,4 +305,6 @@ def train_group(
             save_checkpoint(Path(checkpoint_path), cfg, seeds, done, model, opt, sched, generators, losses)
         if on_step is not None:
             on_step(done, t.steps, float(losses[step].mean()))
-    return TrainResult(model.cpu(), losses, time.perf_counter() - t0, device, start)
+    peak = torch.cuda.max_memory_allocated() / GIB if device == "cuda" else None
+    return TrainResult(model, losses, time.perf_counter() - t0, device, start, dtype_policy(device, compile), peak,
+                       est.peak_bytes / GIB)  # fmt: skip

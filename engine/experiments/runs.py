@@ -6,6 +6,7 @@ import contextvars
 import hashlib
 import json
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -102,9 +103,16 @@ def train_and_evaluate(
     if group != cfg.group(group[0]):
         raise ValueError(f"seeds {group} are not a training group of this config (see RunConfig.group).")
     result = train_group(cfg, group, device, progress, checkpoint, checkpoint_every, on_step)
+    t0 = time.perf_counter()  # evaluated where it trained: on a GPU, not the host CPU
     raw = evaluate(result.model, cfg.task, cfg.max_eval_loops, cfg.model.boundary, progress=progress)
+    eval_s = time.perf_counter() - t0
+    result.model.cpu()  # the weights to store
     rows = label_rows(raw, cfg, group, experiment, cfg.model.boundary)
     prov = provenance(result.device)
+    gpu = {"dtype_policy": result.policy} if result.device != "cpu" else {}
+    if result.peak_memory_gib is not None:
+        gpu |= {"peak_memory_gib": round(result.peak_memory_gib, 2),
+                "estimated_memory_gib": round(result.estimated_memory_gib, 2)}  # fmt: skip
     out = []
     for i, seed in enumerate(group):
         key = cfg.run_key(seed)
@@ -115,6 +123,8 @@ def train_and_evaluate(
             "config": cfg.to_dict(),
             **prov,
             "wall_time_s": round(result.wall_s, 2),
+            "eval_wall_s": round(eval_s, 2),
+            **gpu,
             "group": group,
             "steps": cfg.train.steps,
             "final_loss": float(losses[-1]),

@@ -170,17 +170,38 @@ def hardest_batch(run: RunConfig, seeds: int, device: str = "cpu") -> tuple[torc
     return tuple(torch.stack([getattr(b, k) for b in batches]).to(device) for k in ("tokens", "targets"))
 
 
-def bench_mfu(run: RunConfig, peak: float, seeds: int, steps: int = 5, device: str = "cpu", compile=False) -> dict:
-    """Achieved training FLOP/s over the matmul peak, at the hardest training difficulty (on CUDA under
-    bf16 autocast, as training runs there; compile: through torch.compile)."""
+def bench_mfu(
+    run: RunConfig,
+    peak: float,
+    seeds: int,
+    steps: int = 5,
+    device: str = "cpu",
+    compile=False,
+    fused=None,
+    recompute: bool = False,
+) -> dict:
+    """Achieved training FLOP/s over the matmul peak, at the hardest training difficulty (on CUDA under bf16
+    autocast, as training runs there). compile: the decoder layers through torch.compile (train.compiled);
+    fused: AdamW's fused kernel (default: as training picks it, train.adamw); recompute: activation
+    checkpointing per layer. On CUDA also the peak memory, beside the estimate (engine.core.memory)."""
+    from engine.core.memory import GIB, estimate
+    from engine.core.train import adamw, compiled
+
     model = build(run.model, list(range(seeds))).to(device)
-    forward = torch.compile(model, dynamic=True) if compile else model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    forward = compiled(model) if compile else model
+    params = list(model.parameters())
+    if fused is None:
+        opt = adamw([p for p in params if p.dim() == 3], [p for p in params if p.dim() != 3], 1e-4, 0.1)
+    else:
+        opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if fused else {"foreach": True}))
     x, y = hardest_batch(run, seeds, device)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-            out = forward(x, all_positions=True, readout_steps="last")
+            out = forward(x, all_positions=True, readout_steps="last", recompute=recompute)
         opt.zero_grad(set_to_none=True)
         member_losses(out.logits, y).sum().backward()
         opt.step()
@@ -188,12 +209,20 @@ def bench_mfu(run: RunConfig, peak: float, seeds: int, steps: int = 5, device: s
     seconds = timed(step, steps, device, trials=3 if device == "cpu" else 1)
     flops = seeds * train_step_flops(run, x.shape[-1])
     tokens = seeds * run.train.batch_size * x.shape[-1]
-    return {
+    out = {
+        "seeds": seeds,
         "step_s": seconds,
         "tokens_per_s": tokens / seconds,
         "flop_per_s": flops / seconds,
         "mfu": flops / seconds / peak,
     }
+    if device == "cuda":
+        cfg = replace(run, train=replace(run.train, checkpoint="layer" if recompute else ""))
+        out |= {
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / GIB,
+            "estimated_memory_gib": estimate(cfg, seeds, "cuda").peak_bytes / GIB,
+        }
+    return out
 
 
 def profile_step(run: RunConfig, seeds: int = 16, steps: int = 2, top: int = 8) -> dict[str, float]:
@@ -309,29 +338,105 @@ def bench_pages(root: Path, pages=PAGES) -> dict[str, dict]:
     return out
 
 
-def run_device(device: str = "cuda", compile: bool = False, steps: int = 10) -> dict:
-    """The `paper` preset's training throughput on an accelerator: bf16 autocast, SDPA attention (flash
-    where the GPU has it), optionally torch.compile; against the device's bf16 matmul peak."""
-    peak = matmul_peak(8192, 10, device, torch.bfloat16)
+def _guarded(fn: Callable[[], dict]) -> dict:
+    """A measurement, or what stopped it (out of memory is a result here, not a crash)."""
+    try:
+        return fn()
+    except torch.cuda.OutOfMemoryError as e:
+        torch.cuda.empty_cache()
+        return {"error": f"out of memory ({str(e).splitlines()[0][:120]})"}
+
+
+def bench_eval_device(run: RunConfig, seeds: int, device: str, items: int = 128) -> dict:
+    """Evaluation on the device: one difficulty's `items` (the hardest evaluated), every member one at a time (as
+    evaluate() does, so a run's rows do not depend on its group) against all members in one batch."""
+    from engine.core.evaluate import step_metrics
+
+    model = build(run.model, list(range(seeds))).to(device).eval()
+    batch = tasks.eval_set(run.task, max(run.task.eval_difficulties))
+    batch = tasks.Batch(**{f: getattr(batch, f)[:items] for f in batch.__dataclass_fields__})
+    n = run.max_eval_loops
+
+    def batched():
+        with torch.no_grad():
+            model(batch.tokens[None].expand(seeds, -1, -1).to(device), n)
+
+    per_member = timed(lambda: step_metrics(model, batch, n, run.model.boundary), 1, device)
+    together = timed(batched, 1, device)
+    group = run.train.group_size  # the preset's group, every member one at a time, every evaluated difficulty
+    full = per_member / seeds * group * run.task.eval_examples / items * len(run.task.eval_difficulties)
+    return {"seeds": seeds, "items": items, "per_member_s": per_member, "batched_s": together,
+            "ratio": per_member / together, "group_eval_estimate_s": full}  # fmt: skip
+
+
+def run_device(
+    device: str = "cuda",
+    compile: bool = True,
+    steps: int = 10,
+    seeds: int = 16,
+    size: str = "paper",
+    partial=None,
+) -> dict:
+    """The `paper` preset's training throughput on an accelerator, each lever as a ratio against the eager baseline
+    measured in the same run: fused AdamW, torch.compile per decoder layer, activation checkpointing per layer
+    (its cost), and batched evaluation; 1 seed and a group of `seeds`; against the device's bf16 matmul peak.
+    `size`: the preset measured (`smoke` for a dry run of the script's logic on the CPU); partial(result so far) is
+    called after every measurement (dev/gpu-check.sh keeps what it measured if its time runs out)."""
+    peak = matmul_peak(8192, 10, device, torch.bfloat16) if device == "cuda" else matmul_peak()
     out: dict = {
         "device": torch.cuda.get_device_name() if device == "cuda" else device,
         "bf16_peak_tflops": peak / 1e12,
     }
     for task in ("parity", "chain"):
-        out[task] = {"eager": bench_mfu(paper(task), peak, seeds=1, steps=steps, device=device)}
-        if compile:
-            out[task]["compiled"] = bench_mfu(paper(task), peak, 1, steps, device, compile=True)
+        run, r = preset(size, task), {}
+        for S in (1, seeds):
+            m = lambda **kw: _guarded(lambda: bench_mfu(run, peak, S, steps, device, **kw))  # noqa: B023, E731
+            levers = {"eager_foreach": {"fused": False}, "eager_fused": {"fused": True}}
+            if compile:
+                levers |= {"compiled_fused": {"compile": True, "fused": True},
+                           "compiled_fused_recompute": {"compile": True, "fused": True, "recompute": True}}  # fmt: skip
+            for name, kw in levers.items():
+                r.setdefault(f"{S}", {})[name] = m(**kw)
+                out[task] = r
+                if partial is not None:
+                    partial(out)
+        r["eval"] = _guarded(lambda: bench_eval_device(run, 4, device))  # noqa: B023
+        out[task] = r
+        if partial is not None:
+            partial(out)
     return out
 
 
 def format_device_report(result: dict) -> str:
     lines = [f"{result['device']}: bf16 matmul peak {result['bf16_peak_tflops']:.1f} TFLOP/s"]
     for task in ("parity", "chain"):
-        for how, r in result[task].items():
-            lines.append(
-                f"paper preset, {task}, {how}: {r['step_s'] * 1e3:.1f} ms/step, {r['tokens_per_s']:,.0f} tokens/s, "
-                f"{r['flop_per_s'] / 1e12:.1f} TFLOP/s = {r['mfu']:.1%} of the peak"
-            )
+        for seeds, hows in result[task].items():
+            if seeds == "eval":
+                e = hows
+                lines.append(
+                    f"{task}: evaluation of {e.get('items')} items at n = 1..3T on the device: "
+                    + (
+                        e["error"]
+                        if "error" in e
+                        else f"{e['per_member_s'] * 1e3:.0f} ms for {e['seeds']} members one "
+                        f"at a time, {e['batched_s'] * 1e3:.0f} ms batched ({e['ratio']:.1f}x); a 16-seed group's "
+                        f"evaluation at this rate: {e['group_eval_estimate_s'] * 4:.0f} s"
+                    )  # fmt: skip
+                )
+                continue
+            base = hows.get("eager_foreach", {}).get("step_s")
+            for how, r in hows.items():
+                if "error" in r:
+                    lines.append(f"{task}, {seeds} seed(s), {how}: {r['error']}")
+                    continue
+                ratio = f", {base / r['step_s']:.2f}x eager" if base else ""
+                mem = f", peak {r['peak_memory_gib']:.1f} GiB (estimated {r['estimated_memory_gib']:.1f})" \
+                    if "peak_memory_gib" in r else ""  # fmt: skip
+                lines.append(
+                    f"{task}, {seeds} seed(s), {how}: {r['step_s'] * 1e3:.1f} ms/step, "
+                    f"{r['tokens_per_s']:,.0f} tokens/s, {r['flop_per_s'] / 1e12:.1f} TFLOP/s = {r['mfu']:.1%} of "
+                    f"the peak{ratio}{mem}"
+                )
     return "\n".join(lines)
 
 

@@ -134,6 +134,19 @@ def check(spec: Spec, store: Store) -> None:
             raise Refused(f"{value} {what} is over this deployment's cap of {cap[limit]} (LOOPSCOPE_{limit.upper()}).")
     if not 1 <= loops <= cap["max_loops"]:
         raise Refused(f"loop counts run 1..{cap['max_loops']} here (LOOPSCOPE_MAX_LOOPS); {loops} is outside.")
+    if isinstance(spec, TrainSpec | ExperimentSpec):  # a group that cannot fit in memory: refused before it starts
+        from engine.errors import UsageError
+        from engine.experiments import seeds_for
+        from engine.inputs import check_memory
+
+        units = [(spec.config, seeds)] if isinstance(spec, TrainSpec) else [
+            (cfg, seeds_for(spec.experiment, spec.preset, cfg, seeds))
+            for cfg, _ in REGISTRY[spec.experiment].trainings(spec.preset, spec.tasks)
+        ]  # fmt: skip
+        try:
+            check_memory(units, resolve_device(spec.device), store)
+        except UsageError as e:
+            raise ValueError(str(e)) from None
 
 
 # ---------------------------------------------------------------- job files
