@@ -70,9 +70,10 @@ def test_checkpointing_per_layer_changes_memory_not_results():
     assert all(torch.equal(v, b.model.state_dict()[k]) for k, v in a.model.state_dict().items())
     assert ckpt.run_key(0) != base.run_key(0) and "checkpoint" not in base.to_dict()["train"]
     big = preset("paper", "chain")
-    assert memory.estimate(big, 16, "cuda").activation_bytes < memory.estimate(
-        replace(big, train=replace(big.train, checkpoint="")), 16, "cuda"
-    ).activation_bytes / 5
+    assert (
+        memory.estimate(big, 16, "cuda").activation_bytes
+        < memory.estimate(replace(big, train=replace(big.train, checkpoint="")), 16, "cuda").activation_bytes / 5
+    )
 
 
 def test_a_group_is_evaluated_where_it_trained_and_stored_from_the_cpu(monkeypatch):
