@@ -18,7 +18,16 @@ import torch
 from engine.core.evaluate import evaluate
 from engine.core.model import LoopedLM
 from engine.core.presets import RunConfig
-from engine.core.store import RESULT_COLUMNS, ROW_COLUMNS, ROW_KEY, Store, atomic_write, parquet_bytes, provenance
+from engine.core.store import (
+    RESULT_COLUMNS,
+    ROW_COLUMNS,
+    ROW_KEY,
+    Store,
+    atomic_write,
+    machine,
+    parquet_bytes,
+    provenance,
+)
 from engine.core.train import train_group
 
 
@@ -327,6 +336,14 @@ def lighten(store: Store, why: str) -> tuple[int, int]:
     return kept, dropped
 
 
+def machine_text(m: dict) -> str:
+    """A manifest's `machine` in a few words: what bit-identity rests on (engine.core.store.machine)."""
+    if not m:
+        return "not recorded"
+    cpu, capability, threads = (m.get(k, "?") for k in ("cpu", "torch_cpu_capability", "threads"))
+    return f"{cpu}, torch CPU capability {capability}, {threads} threads"
+
+
 def restore(store: Store, keys: list[str], device: str = "cpu", progress: bool = True) -> dict[str, str]:
     """Retrain the groups of weightless runs into a temporary folder and keep a retrained seed's weights only
     if its rows equal the stored rows bit for bit; return, per key, what happened (one sentence each)."""
@@ -357,8 +374,8 @@ def restore(store: Store, keys: list[str], device: str = "cpu", progress: bool =
                     differ = int((both["value"] != both["value_stored"]).sum())
                     outcome[key] = (
                         f"retrained rows differ from the stored ones ({differ} of {len(both)} values): this machine "
-                        f"rounds differently from the one that made it ({store.manifest(key).get('device', '?')}); "
-                        "nothing stored"
+                        f"({machine_text(machine())}) rounds differently from the one that made it "
+                        f"({machine_text(store.manifest(key).get('machine') or {})}); nothing stored"
                     )
                     continue
                 store.restore_weights(key, MODEL, fresh.read(key, MODEL))
