@@ -344,6 +344,16 @@ def machine_text(m: dict) -> str:
     return f"{cpu}, torch CPU capability {capability}, {threads} threads"
 
 
+def capability_hint(made: dict) -> str:
+    """Where the maker's torch CPU capability differs from this machine's, how to run its kernels here: the shipped
+    AVX2 runs restore bit for bit on an AVX-512 machine with ATEN_CPU_CAPABILITY=avx2 and one thread (dev/LOG.md)."""
+    theirs, here = str(made.get("torch_cpu_capability", "")), machine()["torch_cpu_capability"]
+    if not theirs or theirs == here:
+        return ""
+    return (f" (try ATEN_CPU_CAPABILITY={theirs.lower()} OMP_NUM_THREADS={made.get('threads', 1)} "
+            "loopscope restore ...: torch then picks the kernels the maker's machine used)")  # fmt: skip
+
+
 def restore(store: Store, keys: list[str], device: str = "cpu", progress: bool = True) -> dict[str, str]:
     """Retrain the groups of weightless runs into a temporary folder and keep a retrained seed's weights only
     if its rows equal the stored rows bit for bit; return, per key, what happened (one sentence each)."""
@@ -371,11 +381,12 @@ def restore(store: Store, keys: list[str], device: str = "cpu", progress: bool =
                     (both["value"].to_numpy() == both["value_stored"].to_numpy()).all()
                 )
                 if not same:
+                    made = store.manifest(key).get("machine") or {}
                     differ = int((both["value"] != both["value_stored"]).sum())
                     outcome[key] = (
                         f"retrained rows differ from the stored ones ({differ} of {len(both)} values): this machine "
                         f"({machine_text(machine())}) rounds differently from the one that made it "
-                        f"({machine_text(store.manifest(key).get('machine') or {})}); nothing stored"
+                        f"({machine_text(made)}); nothing stored{capability_hint(made)}"
                     )
                     continue
                 store.restore_weights(key, MODEL, fresh.read(key, MODEL))
