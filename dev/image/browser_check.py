@@ -81,7 +81,7 @@ def main() -> int:
         page.get_by_role("heading", name="loopscope: does depth stay reusable?").wait_for()
         t_title = time.monotonic() - t0
         say("overview: title drawn (first render)", t0)
-        page.get_by_role("heading", name="E3, E4, E1").wait_for()
+        page.get_by_role("heading", name=re.compile(r"^E3 · readout refit")).wait_for()
         page.get_by_text("Paper:").first.wait_for()
         page.get_by_text(re.compile(r"^E2 \(")).first.wait_for()
         page.wait_for_timeout(500)
@@ -96,7 +96,7 @@ def main() -> int:
         page2 = browser.new_page(viewport={"width": 1400, "height": 1600})
         page2.set_default_timeout(60_000)
         page2.goto(f"{url}/")
-        page2.get_by_role("heading", name="E3, E4, E1").wait_for()
+        page2.get_by_role("heading", name=re.compile(r"^E3 · readout refit")).wait_for()
         t_warm = time.monotonic() - t1
         page2.close()
         say(f"overview again, warm: all cards drawn in {t_warm:.1f} s")
