@@ -15,6 +15,10 @@ PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app
 # the tab icon as an emoji: Streamlit draws it as an inline SVG, where `:material/...:` makes every page fetch it
 # from fonts.gstatic.com (the Material Symbols font itself ships with Streamlit: the other icons stay local)
 st.set_page_config(page_title="loopscope", page_icon="🔁", layout="wide")
+# No full garbage collection after every script run (Streamlit's default, `runner.postScriptGC`): with torch, pandas
+# and Altair loaded it walks every object of the process, about 0.2 s of server CPU per page view, most of a repeat
+# view's cost. Python's own generational collector still runs; reference counting frees a page's frames at once.
+st.config.set_option("runner.postScriptGC", False)
 settings.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
 address = st.config.get_option("server.address")  # None: every interface, unless this is AppTest (no server)
 testing = st.config.get_option("global.appTest")  # st.config's: AppTest patches that one, not st.get_option

@@ -7,9 +7,13 @@ Every layer is named, so tests and readers can find the CI band, the budget rule
 from __future__ import annotations
 
 import functools
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import vl_convert
 
@@ -37,6 +41,68 @@ INTEGER_AXES = {"eval_loops", "overshoot_diff", "refit_steps"}
 SET_SEP = " · "  # series of a compared result set: `<series> · <set>`
 LABEL_STEP = 14  # px between the labels of reference points at the same x
 MIN_BAND_SEEDS = 3  # no CI band from fewer seeds: a bootstrap over 2 seeds only restates their range
+
+
+# ---------------------------------------------------------------- one chart per set of inputs
+
+
+class _Unkeyable(Exception):
+    """An argument the memo cannot key on: the chart is built afresh."""
+
+
+def _key(value) -> tuple:
+    """A key that is equal exactly when the inputs are: frames by their columns, dtypes, index and every value
+    (pandas' row hashes, digested), everything else by type and value."""
+    if isinstance(value, pd.DataFrame | pd.Series):
+        frame = value.to_frame() if isinstance(value, pd.Series) else value
+        try:
+            rows = pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes()
+        except TypeError as e:  # a cell pandas cannot hash (a list, a dict)
+            raise _Unkeyable from e
+        columns = tuple((str(c), str(t)) for c, t in frame.dtypes.items())
+        return (type(value).__name__, columns, frame.shape, hashlib.sha256(rows).hexdigest())
+    if isinstance(value, tuple | list):
+        return (type(value).__name__, *(_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", *((str(k), _key(v)) for k, v in value.items()))
+    if value is None or isinstance(value, str | bool | int | float):
+        return (type(value).__name__, value)
+    if isinstance(value, np.generic):  # a numpy scalar (np.int64 from a frame): by its type and value
+        return (type(value).__name__, value.item())
+    raise _Unkeyable(type(value).__name__)
+
+
+def memoized(size: int = 128):
+    """The same chart object for the same inputs (compared by value: _key), the last `size` of them kept. A page
+    draws the same figures on every rerun and for every visitor: building and validating an Altair chart costs
+    10-60 ms, and the same object lets the page's caller keep its Vega-Lite spec (dashboard.ui.figure). The
+    charts returned are shared, so no caller may change one in place (Altair's `properties` and friends copy)."""
+
+    def wrap(build):
+        kept: OrderedDict = OrderedDict()
+        lock = threading.Lock()
+
+        @functools.wraps(build)
+        def memo(*args, **kwargs):
+            try:
+                key = _key((args, kwargs))
+            except _Unkeyable:
+                return build(*args, **kwargs)
+            with lock:
+                if key in kept:
+                    kept.move_to_end(key)
+                    return kept[key]
+            made = build(*args, **kwargs)
+            with lock:
+                kept[key] = made
+                while len(kept) > size:
+                    kept.popitem(last=False)
+            return made
+
+        memo.cache_clear = kept.clear
+        return memo
+
+    return wrap
 
 
 def series_label(arch: str, boundary: str, archs: Sequence[str]) -> str:
@@ -132,6 +198,7 @@ def _reference_layers(refs: pd.DataFrame) -> list[alt.Chart]:
     return layers
 
 
+@memoized()
 def curves(
     stats: pd.DataFrame,
     x: str,
@@ -217,6 +284,7 @@ def band_rows(stats: pd.DataFrame) -> pd.DataFrame:
     return stats[stats["n"] >= MIN_BAND_SEEDS] if "n" in stats else stats
 
 
+@memoized()
 def delta_chart(
     summary: pd.DataFrame,
     x: str,
@@ -273,6 +341,7 @@ def delta_chart(
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
 
 
+@memoized()
 def paired_chart(
     summary: pd.DataFrame,
     per_seed: pd.DataFrame,
@@ -310,6 +379,7 @@ def paired_chart(
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
 
 
+@memoized()
 def difference_chart(diffs: pd.DataFrame, x: str, x_title: str, y_title: str, budgets=None) -> alt.LayerChart:
     """Two result sets compared: the difference of their means per series and x (diffs: series, x, diff),
     in the series' colours, with the zero line."""
@@ -333,6 +403,7 @@ def difference_chart(diffs: pd.DataFrame, x: str, x_title: str, y_title: str, bu
     return alt.layer(*layers).properties(width=WIDTH, height=220, autosize=AUTOSIZE)
 
 
+@memoized()
 def ladder_chart(points: pd.DataFrame, reference_params: float) -> alt.LayerChart:
     """E5's ladder: the surgery's damage (mean with its 95% CI over seeds) against parameters on a log axis, one
     colour per n (points: series, params, mean, ci_low, ci_high, n, steps), a longer training drawn as a square,
@@ -382,6 +453,7 @@ def loss_text(loss) -> str:
     return f"{value:.4f}" if abs(value) >= 1e-3 else f"{value:.2e}"
 
 
+@memoized()
 def loss_chart(curve: pd.DataFrame) -> alt.Chart:
     """Training loss per step (the manifest's subsampled curve): log scale, or linear where a loss is 0
     (loss_scale); non-finite losses are dropped (they cannot be placed on either scale)."""
@@ -402,6 +474,7 @@ def loss_chart(curve: pd.DataFrame) -> alt.Chart:
     )
 
 
+@memoized()
 def run_chart(rows: pd.DataFrame, T: int, y_title: str) -> alt.LayerChart:
     """One run: the metric against n, one line per difficulty (viridis), dashed for the surgery mode."""
     lines = (

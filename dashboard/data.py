@@ -56,7 +56,9 @@ class Table:
         return sorted(int(s) for s in self.rows["seed"].unique()) if self.rows is not None else []
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+# cache_resource, not cache_data: one shared Table, never copied (cache_data unpickles its ~10 MB of rows on every
+# call, 10-20 ms of each page view); nothing changes a table's rows in place (pandas copies on write)
+@st.cache_resource(max_entries=16, show_spinner=False)
 def _read_table(path: str, experiment: str, preset_name: str, state: tuple) -> Table:
     table = Table(experiment, preset_name, root=Path(path).parent)
     try:

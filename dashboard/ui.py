@@ -8,6 +8,8 @@ selectbox writes the displayed label into the URL).
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -167,6 +169,29 @@ def keep_altair_schema_table() -> None:
     _altair_table_kept = True
 
 
+_specs: OrderedDict = OrderedDict()  # id(chart) -> (chart, its Vega-Lite spec); the chart kept so its id stays its own
+_specs_lock = threading.Lock()
+
+
+def vega_spec(chart: alt.TopLevelMixin) -> dict:
+    """The Vega-Lite spec Streamlit sends for an Altair chart (its data as Arrow datasets), made once per chart
+    object: the chart builders return the same object for the same inputs (charts.memoized), so a rerun or another
+    visitor's view of the same figure skips Altair's to_dict and its schema validation (30-60 ms a figure)."""
+    from streamlit.elements import vega_charts
+
+    with _specs_lock:
+        kept = _specs.get(id(chart))
+        if kept is not None and kept[0] is chart:
+            _specs.move_to_end(id(chart))
+            return kept[1]
+    spec = vega_charts._convert_altair_to_vega_lite_spec(chart)  # what st.altair_chart does, kept
+    with _specs_lock:
+        _specs[id(chart)] = (chart, spec)
+        while len(_specs) > 256:
+            _specs.popitem(last=False)
+    return spec
+
+
 def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: str, title: str | None = None) -> None:
     """A chart, its caption, and downloads: PNG and SVG (rendered on click) and the plotted data as CSV. The PNG
     and SVG carry a title (`title`: what, study, task, level; else the file name) and the caption's first
@@ -174,13 +199,15 @@ def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: st
     from dashboard import charts
 
     keep_altair_schema_table()  # every later chart of this process is built faster
-    st.altair_chart(chart, width="stretch")
+    # st.altair_chart(chart) would convert and validate the chart on every run; the spec is the same (dict(): the
+    # element takes its datasets out of the top level of the dict it is given, so it gets its own)
+    st.vega_lite_chart(dict(vega_spec(chart)), width="stretch")
     st.caption(caption)
-    chart = charts.titled(chart, title or name, export_subtitle(caption))
+    heading, subtitle = title or name, export_subtitle(caption)
     png, svg, csv = st.columns(3, gap="small", width=360)
     png.download_button(
         "PNG",
-        data=lambda: charts.to_png(chart),
+        data=lambda: charts.to_png(charts.titled(chart, heading, subtitle)),
         file_name=f"{name}.png",
         mime="image/png",
         key=f"{name}-png",
@@ -189,7 +216,7 @@ def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: st
     )
     svg.download_button(
         "SVG",
-        data=lambda: charts.to_svg(chart),
+        data=lambda: charts.to_svg(charts.titled(chart, heading, subtitle)),
         file_name=f"{name}.svg",
         mime="image/svg+xml",
         key=f"{name}-svg",

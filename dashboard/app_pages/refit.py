@@ -31,7 +31,9 @@ st.caption(ui.scale_note(table))
 left, right = st.columns(2)
 with left:
     task = views.pick_task(table.rows)
-    metric = ui.select("metric", [m for m in ("recovery", "accuracy") if m in set(table.rows["metric"])], "metric")
+    metric = ui.select(
+        "metric", [m for m in ("recovery", "accuracy") if m in set(table.rows["metric"].unique())], "metric"
+    )
 task_rows = table.rows[table.rows["task"] == task]
 with right:
     difficulty = views.pick_difficulty(data.e3_levels(task_rows, metric))
