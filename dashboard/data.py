@@ -10,9 +10,14 @@ damaged or unreadable file becomes a message on the page, never a traceback.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 import numpy as np
 import pandas as pd
@@ -35,7 +40,15 @@ def files_state(root: Path) -> tuple:
     """(path, size, mtime) of every file under root: the cache key that changes when results do."""
     if not root.is_dir():
         return ()
-    return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()))
+    found = []
+    for p in root.rglob("*"):
+        try:
+            stat = p.stat()
+        except OSError:  # removed while listed
+            continue
+        if S_ISREG(stat.st_mode):
+            found.append((str(p), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(found))
 
 
 # ---------------------------------------------------------------- experiment tables
@@ -50,6 +63,7 @@ class Table:
     rows: pd.DataFrame | None = None
     problems: list[str] = field(default_factory=list)
     root: Path | None = None  # the results folder it is in
+    key: tuple | None = None  # (path, size, mtime): which bytes the rows were read from (None: no rows)
 
     @property
     def seeds(self) -> list[int]:
@@ -79,8 +93,31 @@ def _read_table(path: str, experiment: str, preset_name: str, state: tuple) -> T
         ranges = train_ranges(preset_name, rows["task"].unique())
         inside = [d in ranges.get(t, ()) for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
         rows["range"] = np.where(rows["task"].isin(list(ranges)), np.where(inside, "in-range", "beyond"), "n/a")
-    table.rows = rows
+    table.rows, table.key = rows, (path, *state)
     return table
+
+
+_derived: OrderedDict = OrderedDict()
+_derived_lock = threading.Lock()
+
+
+def derived(key: tuple | None, compute: Callable):
+    """compute(), kept under `key` (the last 256): what a page computes from a table's rows, keyed on the table's
+    key (Table.key: its path, size and mtime, so a rewritten table is computed again) and on every choice the rows
+    were filtered by. key None: computed every time. The results are shared between sessions: never changed in
+    place. Spares a repeat view the pandas work on the table (filters, groupings over its ~70k rows)."""
+    if key is None:
+        return compute()
+    with _derived_lock:
+        if key in _derived:
+            _derived.move_to_end(key)
+            return _derived[key]
+    value = compute()
+    with _derived_lock:
+        _derived[key] = value
+        while len(_derived) > 256:
+            _derived.popitem(last=False)
+    return value
 
 
 def table(experiment: str, preset_name: str, root: Path | None = None) -> Table:
@@ -382,6 +419,13 @@ def _run_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | N
 def runs() -> tuple[pd.DataFrame, list[str]]:
     """Every valid cached run, and a sentence for each run that could not be read."""
     root = results_root()
+    state = files_state(root / "runs")  # one walk of the runs; its digest keys the table (one cache look-up a view)
+    return _runs(str(root), hashlib.sha256(repr(state).encode()).hexdigest())
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _runs(root: str, state: str) -> tuple[pd.DataFrame, list[str]]:
+    root = Path(root)
     records, problems = [], []
     for key in Store(root).run_keys():
         record, problem = _run_record(str(root), key, files_state(root / "runs" / key))

@@ -63,8 +63,8 @@ def load(experiment: str, what: str, command: str) -> data.Table | None:
     return table
 
 
-def pick_task(rows: pd.DataFrame) -> str:
-    return ui.select("task", sorted(rows["task"].unique()), "task")
+def pick_task(rows: pd.DataFrame, key: tuple | None = None) -> str:
+    return ui.select("task", data.derived(key and (*key, "tasks"), lambda: sorted(rows["task"].unique())), "task")
 
 
 def pick_difficulty(options: Sequence[str], default: str | None = None) -> str:
@@ -77,14 +77,22 @@ def pick_difficulty(options: Sequence[str], default: str | None = None) -> str:
     )
 
 
-def task_and_difficulty(rows: pd.DataFrame, default: str | None = None) -> tuple[pd.DataFrame, str, str]:
-    """Task and difficulty selectors; returns the task's rows, the task and the difficulty choice."""
+def task_and_difficulty(
+    rows: pd.DataFrame, default: str | None = None, key: tuple | None = None
+) -> tuple[pd.DataFrame, str, str]:
+    """Task and difficulty selectors; returns the task's rows, the task and the difficulty choice. key: the
+    table's (Table.key), so a repeat view reuses the task's rows and options (data.derived)."""
     left, right = st.columns(2)
     with left:
-        task = pick_task(rows)
-    rows = rows[rows["task"] == task]
+        task = pick_task(rows, key)
+
+    def of_task():
+        picked = rows[rows["task"] == task]
+        return picked, data.difficulty_options(picked)
+
+    rows, options = data.derived(key and (*key, "task", task), of_task)
     with right:
-        difficulty = pick_difficulty(data.difficulty_options(rows), default)
+        difficulty = pick_difficulty(options, default)
     return rows, task, difficulty
 
 
@@ -183,12 +191,20 @@ def delta_section(
     name: str,
     note: str = "",
     title: str | None = None,
+    key: tuple | None = None,
 ) -> None:
-    """Cliff's delta none vs norm per x, over seeds, with the magnitude bands and a caption."""
-    if not {"norm", "none"} <= set(per_seed["boundary"]):
+    """Cliff's delta none vs norm per x, over seeds, with the magnitude bands and a caption. key: what per_seed
+    is (data.derived), so a repeat view reuses the summary."""
+
+    def computed() -> pd.DataFrame | None:
+        if not {"norm", "none"} <= set(per_seed["boundary"].unique()):
+            return None
+        return data.mode_comparison(per_seed[per_seed["boundary"].isin(["norm", "none"])], (x,))
+
+    summary = data.derived(key and (*key, "delta", x), computed)
+    if summary is None:
         st.info("Cliff's δ compares `none` with `norm`: select both modes to see it.")
         return
-    summary = data.mode_comparison(per_seed[per_seed["boundary"].isin(["norm", "none"])], (x,))
     chart = charts.delta_chart(summary, x, x_title, budgets)
     n_a, n_b = int(summary["n_a"].max()), int(summary["n_b"].max())
     caption = (
@@ -235,17 +251,25 @@ def paired_section(
     name: str,
     what: str,
     title: str | None = None,
+    key: tuple | None = None,
 ) -> pd.DataFrame | None:
     """The paired view: a - b of the same seed per x, one thin line per seed, the mean with its 95% CI, zero
     and T marked (charts.paired_chart), from engine.core.stats.paired_summary (Wilcoxon signed-rank, Holm
-    within each side of family_T). Returns the summary (None where the pairs are missing)."""
+    within each side of family_T). Returns the summary (None where the pairs are missing). key: what per_seed
+    is (data.derived), so a repeat view reuses the differences and the summary."""
     a, b = pair
-    diffs = seed_differences(per_seed, x, col, a, b)
-    if diffs.empty:
+
+    def computed() -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        diffs = seed_differences(per_seed, x, col, a, b)
+        if diffs.empty:
+            return diffs, None
+        both = per_seed[per_seed[x].isin(set(diffs[x]))]
+        return diffs, data.paired_summary(both, x, col, a, b, family_T)
+
+    diffs, summary = data.derived(key and (*key, "paired", x, col, a, b, family_T), computed)
+    if summary is None:
         st.info(f"The paired view needs `{a}` and `{b}` of the same seeds.")
         return None
-    both = per_seed[per_seed[x].isin(set(diffs[x]))]
-    summary = data.paired_summary(both, x, col, a, b, family_T)
     y_title = f"{a} − {b}, same seed"
     chart = charts.paired_chart(summary, diffs, x, x_title, y_title, budgets)
     caption = (
@@ -382,12 +406,14 @@ def norms_section(
     tokens: pd.DataFrame | None = None,
     items: str | None = None,
     context: str | None = None,
+    key: tuple | None = None,
 ) -> tuple[str, pd.DataFrame, pd.DataFrame] | None:
     """State norm per step beside the top-token share per step, for the chosen task, difficulty and modes.
     tokens: the decoded top token per mode and step, where the rows' token ids are not engine.core.tasks'.
     items: the captions' sentence on where the items come from, where the rows' `split` does not say (E1).
-    context: the exports' title after the figure's name (study, task, level). Returns the state-norm metric shown
-    with its curves and per-seed values (None when nothing is drawn)."""
+    context: the exports' title after the figure's name (study, task, level). key: what the rows are (the table's
+    key and the task), so a repeat view reuses what was computed from them (data.derived). Returns the state-norm
+    metric shown with its curves and per-seed values (None when nothing is drawn)."""
     left, right = st.columns(2)
     with left:
         metric = ui.select(
@@ -399,17 +425,30 @@ def norms_section(
     with right:
         log_y = ui.toggle("log scale", "log")
         show_seeds = ui.toggle("per-seed lines", "seeds")
-    rows = rows[rows["boundary"].isin(modes) & (rows["arch"] == "looped")]
-    if rows.empty:
+
+    def computed() -> dict | None:
+        picked = rows[rows["boundary"].isin(modes) & (rows["arch"] == "looped")]
+        if picked.empty:
+            return None
+        return {
+            "budgets": budgets_of(picked),
+            "items": split_note(picked, task, difficulty) if items is None else items,
+            "norms": curves_of(picked, metric, difficulty),
+            "growth": norm_growth_table(picked[data.level_mask(picked, difficulty)], modes),
+            "shares": curves_of(picked, "top_token_share", difficulty),
+            "tokens": top_tokens(picked, difficulty) if tokens is None else None,
+        }
+
+    found = data.derived(key and (*key, "norms", difficulty, tuple(modes), metric, items, tokens is None), computed)
+    if found is None:
         st.info("Nothing to draw: select at least one mode.")
         return None
-    budgets = budgets_of(rows)
+    budgets, items = found["budgets"], found["items"]
     name = f"{name_prefix}-{task}-{difficulty}".replace(" ", "_")
-    items = split_note(rows, task, difficulty) if items is None else items
     norm_col, share_col = st.columns(2)
     with norm_col:
         st.subheader("State norm per step")
-        stats, per_seed = curves_of(rows, metric, difficulty)
+        stats, per_seed = found["norms"]
         shown = metric, stats, per_seed
         chart = charts.curves(
             stats,
@@ -425,7 +464,7 @@ def norms_section(
         caption = charts.caption(n_per_series(per_seed), stats["ci_method"], None, what)
         title = f"State norm per step ({metric}) · {context}" if context else None
         ui.figure(chart, stats, f"{name}-{metric}", caption + items, title)
-        growth = norm_growth_table(rows[data.level_mask(rows, difficulty)], modes)
+        growth = found["growth"]
         if len(growth):
             st.dataframe(growth, hide_index=True, width="stretch", column_config=_ratio_format(growth))
             st.caption(
@@ -437,7 +476,7 @@ def norms_section(
             )
     with share_col:
         st.subheader("Most frequent answer token per step")
-        stats, per_seed = curves_of(rows, "top_token_share", difficulty)
+        stats, per_seed = found["shares"]
         chart = charts.curves(
             stats,
             "eval_loops",
@@ -453,7 +492,7 @@ def norms_section(
         caption += " Labels are exactly balanced, so a correct model's share is 0.5 (dotted)."
         title = f"Top-token share per step · {context}" if context else None
         ui.figure(chart, stats, f"{name}-top_token_share", caption + items, title)
-        tokens = top_tokens(rows, difficulty) if tokens is None else tokens[tokens["mode"].isin(modes)]
+        tokens = found["tokens"] if tokens is None else tokens[tokens["mode"].isin(modes)]
         if len(tokens):
             st.dataframe(tokens, hide_index=True, width="stretch")
             st.caption("The most frequent predicted token per step (the commonest over seeds and difficulties).")

@@ -1006,3 +1006,28 @@ def test_no_full_garbage_collection_after_every_run(monkeypatch, results):
 
     render(monkeypatch, results)
     assert st.config.get_option("runner.postScriptGC") is False
+
+
+def test_what_a_page_derives_from_a_table_is_computed_again_when_the_table_changes(tmp_path, results):
+    """data.derived keeps a page's frames under the table's key (path, size, mtime) and the choices: a rewritten
+    table has another key, so nothing stale is shown; no key, no keeping."""
+    from dashboard import data
+
+    shutil.copy(results / "e2-smoke.parquet", tmp_path / "e2-smoke.parquet")
+    before = data.table("e2", "smoke", tmp_path)
+    calls = []
+
+    def count(rows):
+        calls.append(1)
+        return int(rows["value"].sum() * 1000)
+
+    first = data.derived((*before.key, "sum"), lambda: count(before.rows))
+    assert data.derived((*before.key, "sum"), lambda: count(before.rows)) == first and len(calls) == 1
+    rows = pd.read_parquet(tmp_path / "e2-smoke.parquet")
+    rows.assign(value=rows["value"] + 1.0).to_parquet(tmp_path / "e2-smoke.parquet")
+    after = data.table("e2", "smoke", tmp_path)
+    assert after.key != before.key
+    assert data.derived((*after.key, "sum"), lambda: count(after.rows)) != first and len(calls) == 2
+    data.derived(None, lambda: count(after.rows))
+    data.derived(None, lambda: count(after.rows))
+    assert len(calls) == 4

@@ -20,7 +20,7 @@ if table is None:
     st.stop()
 st.caption(ui.scale_note(table))
 
-rows, task, difficulty = views.task_and_difficulty(table.rows)
+rows, task, difficulty = views.task_and_difficulty(table.rows, key=table.key)
 archs_present = sorted(rows["arch"].unique())
 left, middle, right = st.columns([3, 2, 2])
 with left:
@@ -34,13 +34,27 @@ with right:
 other = views.comparison(experiment, table.preset)
 
 archs = archs_present if arch == "both" else [arch]
-picked = rows[rows["boundary"].isin(modes) & rows["arch"].isin(archs)]
-if picked.empty:
+key = (*table.key, task, difficulty, tuple(modes), tuple(archs), metric)  # what every frame below is computed from
+
+
+def computed() -> dict | None:
+    picked = rows[rows["boundary"].isin(modes) & rows["arch"].isin(archs)]
+    if picked.empty:
+        return None
+    stats, per_seed = views.curves_of(picked, metric, difficulty)
+    first = picked[picked["arch"] == archs[0]]
+    return {
+        "picked": picked, "stats": stats, "per_seed": per_seed, "budgets": views.budgets_of(picked),
+        "label": views.difficulty_label(rows, task, difficulty), "split": views.split_note(rows, task, difficulty),
+        "first": first, "seeds_first": per_seed[per_seed["arch"] == archs[0]], "budgets_first": views.budgets_of(first),
+    }  # fmt: skip
+
+
+found = data.derived(key, computed)  # a repeat view (a rerun, another visitor) reuses it
+if found is None:
     st.info("Nothing to draw: select at least one mode.")
     st.stop()
-
-stats, per_seed = views.curves_of(picked, metric, difficulty)
-budgets = views.budgets_of(picked)
+picked, stats, per_seed, budgets = found["picked"], found["stats"], found["per_seed"], found["budgets"]
 chart = charts.curves(
     stats,
     "eval_loops",
@@ -51,28 +65,26 @@ chart = charts.curves(
     chance=charts.CHANCE,
 )
 name = f"{experiment}-{table.preset}-{task}-{metric}-{difficulty}".replace(" ", "_")
-label = views.difficulty_label(rows, task, difficulty)
-split = views.split_note(rows, task, difficulty)
+label, split = found["label"], found["split"]
 st.subheader(f"{task}: {metric.replace('_', ' ')} per n ({label})")
 what = "Lines: mean over seeds of the metric averaged over the chosen difficulties. "
 caption = charts.caption(views.n_per_series(per_seed), stats["ci_method"], charts.CHANCE, what) + split
 context = f"{experiment.upper()} · study {table.preset} · {task} · {label}"
 ui.figure(chart, stats, name, caption, f"{metric.replace('_', ' ')} per n · {context}")
 
-first = picked[picked["arch"] == archs[0]]
-seeds_first = per_seed[per_seed["arch"] == archs[0]]
+first, seeds_first = found["first"], found["seeds_first"]
 T = int(first["trained_loops"].max())
 delta_col, paired_col = st.columns(2)
 with delta_col:
     st.subheader(f"Cliff's δ per n, none vs norm ({archs[0]})")
-    views.delta_section(seeds_first, "eval_loops", charts.N_TITLE, views.budgets_of(first), f"{name}-delta", split,
-                        f"Cliff's δ none vs norm per n · {context}")  # fmt: skip
+    views.delta_section(seeds_first, "eval_loops", charts.N_TITLE, found["budgets_first"], f"{name}-delta", split,
+                        f"Cliff's δ none vs norm per n · {context}", key=key)  # fmt: skip
 with paired_col:
     st.subheader(f"Paired per seed: none − norm ({archs[0]})")
     summary = views.paired_section(
-        seeds_first, "eval_loops", charts.N_TITLE, "boundary", ("none", "norm"), T, views.budgets_of(first),
+        seeds_first, "eval_loops", charts.N_TITLE, "boundary", ("none", "norm"), T, found["budgets_first"],
         f"{name}-paired", f"{task}, {label}, {metric.replace('_', ' ')}: a seed's two models share its initial "
-        f"weights and training data.{split} ", f"Paired none − norm per n · {context}",
+        f"weights and training data.{split} ", f"Paired none − norm per n · {context}", key=key,
     )  # fmt: skip
 if summary is not None:
     st.subheader("Both analyses per n")

@@ -16,14 +16,16 @@ table = views.load("e2", "The norms come from the E2 runs.", "loopscope run e2 -
 if table is None:
     st.stop()
 st.caption(ui.scale_note(table))
-rows, task, difficulty = views.task_and_difficulty(table.rows)
+rows, task, difficulty = views.task_and_difficulty(table.rows, key=table.key)
 left, right = st.columns([3, 4])
 with left:
     modes = views.modes_picker(rows)
 with right:
     other = views.comparison("e2", table.preset)
 context = f"E2 · study {table.preset} · {task} · {views.difficulty_label(rows, task, difficulty)}"
-shown = views.norms_section(rows, task, difficulty, modes, f"e2-{table.preset}", context=context)
+shown = views.norms_section(
+    rows, task, difficulty, modes, f"e2-{table.preset}", context=context, key=(*table.key, task)
+)
 
 if other is not None and shown is not None:
     (other_table, other_label, this_label), (metric, stats, per_seed) = other, shown

@@ -91,7 +91,7 @@ st.caption(
     f"`e1-{table.preset}.parquet`, {model.get('revision') or 'no Hub revision'}; "
     f"created {manifest.get('created', '?')}."
 )
-rows, task, difficulty = views.task_and_difficulty(table.rows)
+rows, task, difficulty = views.task_and_difficulty(table.rows, key=table.key)
 items = (
     " Items: the probe's prompts, held out of the demonstration's training."
     if held_out

@@ -27,7 +27,7 @@ st.caption(ui.scale_note(table))
 # by default the level the claims read: the held-out mean (the verdict rules) where the table has held-out items,
 # else all difficulties pooled (the first study's e4.summarize)
 default = data.HELD_OUT[0] if results.has_heldout(table.rows) else "all difficulties mean"
-rows, task, difficulty = views.task_and_difficulty(table.rows, default=default)
+rows, task, difficulty = views.task_and_difficulty(table.rows, default=default, key=table.key)
 left, middle, right = st.columns([2, 2, 2])
 with left:
     axis = ui.one_of("x axis", list(e4.AXES), "axis", help="; ".join(f"{k}: {v}" for k, v in e4.AXES.items()))
