@@ -72,6 +72,45 @@ def _key(value) -> tuple:
     raise _Unkeyable(type(value).__name__)
 
 
+class Kept:
+    """A bounded cache (the last `size` keys) whose values are computed once per key, also when several threads ask
+    for one at once: the first computes, the others wait for its value instead of computing it again beside it (on
+    a cold server N visitors arrive together, and N copies of each computation would cost N times the CPU)."""
+
+    def __init__(self, size: int):
+        self.size, self.values, self.pending = size, OrderedDict(), {}
+        self.lock = threading.Lock()
+
+    def get(self, key, compute):
+        while True:
+            with self.lock:
+                if key in self.values:
+                    self.values.move_to_end(key)
+                    return self.values[key]
+                waiting, mine = self.pending.get(key), False
+                if waiting is None:
+                    waiting, mine = threading.Event(), True
+                    self.pending[key] = waiting
+            if not mine:
+                waiting.wait()  # then read what it computed (or compute it here, if that failed or was dropped)
+                continue
+            try:
+                value = compute()
+                with self.lock:
+                    self.values[key] = value
+                    while len(self.values) > self.size:
+                        self.values.popitem(last=False)
+                return value
+            finally:
+                with self.lock:
+                    self.pending.pop(key, None)
+                waiting.set()
+
+    def clear(self) -> None:
+        with self.lock:
+            self.values.clear()
+
+
 def memoized(size: int = 128):
     """The same chart object for the same inputs (compared by value: _key), the last `size` of them kept. A page
     draws the same figures on every rerun and for every visitor: building and validating an Altair chart costs
@@ -79,8 +118,7 @@ def memoized(size: int = 128):
     charts returned are shared, so no caller may change one in place (Altair's `properties` and friends copy)."""
 
     def wrap(build):
-        kept: OrderedDict = OrderedDict()
-        lock = threading.Lock()
+        kept = Kept(size)
 
         @functools.wraps(build)
         def memo(*args, **kwargs):
@@ -88,16 +126,7 @@ def memoized(size: int = 128):
                 key = _key((args, kwargs))
             except _Unkeyable:
                 return build(*args, **kwargs)
-            with lock:
-                if key in kept:
-                    kept.move_to_end(key)
-                    return kept[key]
-            made = build(*args, **kwargs)
-            with lock:
-                kept[key] = made
-                while len(kept) > size:
-                    kept.popitem(last=False)
-            return made
+            return kept.get(key, lambda: build(*args, **kwargs))
 
         memo.cache_clear = kept.clear
         return memo

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,27 +95,23 @@ def _read_table(path: str, experiment: str, preset_name: str, state: tuple) -> T
     return table
 
 
-_derived: OrderedDict = OrderedDict()
-_derived_lock = threading.Lock()
+_derived = None  # a charts.Kept, made on first use (charts imports Altair: not on the overview's way)
 
 
 def derived(key: tuple | None, compute: Callable):
     """compute(), kept under `key` (the last 256): what a page computes from a table's rows, keyed on the table's
     key (Table.key: its path, size and mtime, so a rewritten table is computed again) and on every choice the rows
     were filtered by. key None: computed every time. The results are shared between sessions: never changed in
-    place. Spares a repeat view the pandas work on the table (filters, groupings over its ~70k rows)."""
+    place. Spares a repeat view the pandas work on the table (filters, groupings over its ~70k rows); visitors who
+    ask at once wait for one computation (charts.Kept)."""
+    global _derived
     if key is None:
         return compute()
-    with _derived_lock:
-        if key in _derived:
-            _derived.move_to_end(key)
-            return _derived[key]
-    value = compute()
-    with _derived_lock:
-        _derived[key] = value
-        while len(_derived) > 256:
-            _derived.popitem(last=False)
-    return value
+    if _derived is None:
+        from dashboard.charts import Kept
+
+        _derived = Kept(256)
+    return _derived.get(key, compute)
 
 
 def table(experiment: str, preset_name: str, root: Path | None = None) -> Table:

@@ -8,8 +8,6 @@ selectbox writes the displayed label into the URL).
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -169,27 +167,27 @@ def keep_altair_schema_table() -> None:
     _altair_table_kept = True
 
 
-_specs: OrderedDict = OrderedDict()  # id(chart) -> (chart, its Vega-Lite spec); the chart kept so its id stays its own
-_specs_lock = threading.Lock()
+_specs = None  # a charts.Kept: id(chart) -> (chart, its Vega-Lite spec), the chart kept so its id stays its own
 
 
 def vega_spec(chart: alt.TopLevelMixin) -> dict:
     """The Vega-Lite spec Streamlit sends for an Altair chart (its data as Arrow datasets), made once per chart
     object: the chart builders return the same object for the same inputs (charts.memoized), so a rerun or another
     visitor's view of the same figure skips Altair's to_dict and its schema validation (30-60 ms a figure)."""
+    global _specs
     from streamlit.elements import vega_charts
 
-    with _specs_lock:
-        kept = _specs.get(id(chart))
-        if kept is not None and kept[0] is chart:
-            _specs.move_to_end(id(chart))
-            return kept[1]
-    spec = vega_charts._convert_altair_to_vega_lite_spec(chart)  # what st.altair_chart does, kept
-    with _specs_lock:
-        _specs[id(chart)] = (chart, spec)
-        while len(_specs) > 256:
-            _specs.popitem(last=False)
-    return spec
+    from dashboard import charts
+
+    if _specs is None:
+        _specs = charts.Kept(256)
+    for _ in range(2):
+        kept, spec = _specs.get(id(chart), lambda: (chart, vega_charts._convert_altair_to_vega_lite_spec(chart)))
+        if kept is chart:
+            return spec
+        with _specs.lock:  # another chart had this id (gone since): made again
+            _specs.values.pop(id(chart), None)
+    return vega_charts._convert_altair_to_vega_lite_spec(chart)
 
 
 def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: str, title: str | None = None) -> None:

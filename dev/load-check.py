@@ -7,7 +7,8 @@ Per N it reports, over the sessions: time to the overview's first claim card and
 drawn chart (p50, p95, max; from the session's start, so queueing counts), how many sessions drew their chart
 within --timeout, the server's CPU seconds and its peak RSS (the Streamlit process; not the verdicts' warm-up
 beside it). Before the load it measures the server CPU of one accuracy-page view: cold (the server's first),
-repeated by the same visitor (a new tab) and by a new one (a new browser context). Each N gets a fresh server.
+repeated by the same visitor (a new tab) and by a new one (a new browser context), then that visitor's overview
+twice (its first view by this visitor, and a repeat). Each N gets a fresh server.
 
 Bounded: at most 32 sessions, every wait has a timeout, the server listens on 127.0.0.1 only and is stopped at the
 end; one Chromium (/usr/bin/chromium, or $CHROMIUM) holds all sessions, as one machine of visitors would.
@@ -165,13 +166,16 @@ async def session(browser, url: str, timeout_s: float) -> dict:
     return out
 
 
-async def one_view(context, url: str, server: Server, timeout_s: float) -> float:
-    """Server CPU seconds spent on one accuracy-page view in a new tab of this browser context (first chart drawn,
-    its run ended, then 2 s for the rest)."""
+async def one_view(context, url: str, server: Server, timeout_s: float, path: str = "accuracy") -> float:
+    """Server CPU seconds spent on one view of a page in a new tab of this browser context (the accuracy page: its
+    first chart drawn; the overview (path ""): its first claim card; its run ended, then 2 s for the rest)."""
     page = await context.new_page()
     before = server.cpu()
-    await page.goto(f"{url}/accuracy", timeout=timeout_s * 1000)
-    await page.wait_for_function(CHART_DRAWN, timeout=timeout_s * 1000, polling=100)
+    await page.goto(f"{url}/{path}", timeout=timeout_s * 1000)
+    if path:
+        await page.wait_for_function(CHART_DRAWN, timeout=timeout_s * 1000, polling=100)
+    else:
+        await page.get_by_text("Paper:", exact=True).first.wait_for(timeout=timeout_s * 1000)
     await page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=30_000)
     await asyncio.sleep(2)
     used = server.cpu() - before
@@ -189,8 +193,10 @@ async def views_cpu(browser, server: Server, timeout_s: float) -> dict:
     await first.close()
     second = await browser.new_context(viewport={"width": 1400, "height": 1400})
     new = await one_view(second, server.url, server, timeout_s)
+    overview = [await one_view(second, server.url, server, timeout_s, path="") for _ in range(2)]
     await second.close()
-    return {"view_cpu_cold_s": cold, "view_cpu_repeat_new_visitor_s": new, "view_cpu_repeat_same_visitor_s": same}
+    return {"view_cpu_cold_s": cold, "view_cpu_repeat_new_visitor_s": new, "view_cpu_repeat_same_visitor_s": same,
+            "overview_cpu_first_s": overview[0], "overview_cpu_repeat_s": overview[1]}  # fmt: skip
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -287,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"server CPU per accuracy-page view: cold {r['view_cpu_cold_s']:.2f} s, repeated by the same "
                   f"visitor {r['view_cpu_repeat_same_visitor_s']:.2f} s, by a new visitor "
                   f"{r['view_cpu_repeat_new_visitor_s']:.2f} s")  # fmt: skip
+            print(f"server CPU per overview view (after the accuracy page's): first {r['overview_cpu_first_s']:.2f} s, "
+                  f"repeated {r['overview_cpu_repeat_s']:.2f} s")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": note, "records": records}, indent=2))
     return 0

@@ -1031,3 +1031,35 @@ def test_what_a_page_derives_from_a_table_is_computed_again_when_the_table_chang
     data.derived(None, lambda: count(after.rows))
     data.derived(None, lambda: count(after.rows))
     assert len(calls) == 4
+
+
+def test_visitors_who_ask_at_once_wait_for_one_computation():
+    """charts.Kept: eight threads asking for one key while it is computed get its one value, computed once; a
+    computation that fails is tried again by the next caller."""
+    import threading
+    import time
+
+    kept, calls = charts.Kept(4), []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.2)
+        return object()
+
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(kept.get("k", slow))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(got) == 8 and all(g is got[0] for g in got)
+
+    def fails():
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        kept.get("bad", fails)
+    assert kept.get("bad", lambda: 3) == 3
+    for i in range(5):  # the last 4 keys kept
+        kept.get(i, lambda i=i: i)
+    assert "k" not in kept.values and list(kept.values) == [1, 2, 3, 4]
