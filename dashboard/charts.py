@@ -50,6 +50,11 @@ class _Unkeyable(Exception):
     """An argument the memo cannot key on: the chart is built afresh."""
 
 
+# a line-style legend's symbol: a dark unfilled stroke (with point=True a filled symbol hides the dash)
+DASH_SYMBOL = dict(symbolType="stroke", symbolStrokeWidth=2, symbolStrokeColor="#333333", symbolFillColor="transparent")
+DASH_LEGEND = alt.Legend(**DASH_SYMBOL)
+
+
 def _key(value) -> tuple:
     """A key that is equal exactly when the inputs are: frames by their columns, dtypes, index and every value
     (pandas' row hashes, digested), everything else by type and value."""
@@ -272,11 +277,7 @@ def curves(
     # stacked models dashed (the colour legend already names the architecture), or the column asked for
     dash_col = dash
     if dash is not None:  # the first value solid, the next dashed; the series labels (or dash_title's legend) name them
-        legend = (
-            alt.Legend(orient="bottom", symbolType="stroke", symbolStrokeWidth=2, symbolStrokeColor="#333333")
-            if dash_title
-            else None
-        )
+        legend = alt.Legend(orient="bottom", **DASH_SYMBOL) if dash_title else None
         dash = alt.StrokeDash(f"{dash}:N", scale=alt.Scale(domain=list(dict.fromkeys(stats[dash]))), legend=legend,
                               title=dash_title or alt.Undefined)  # fmt: skip
     elif "arch" in stats and stats["arch"].nunique() > 1:
@@ -513,9 +514,7 @@ def run_chart(rows: pd.DataFrame, T: int, y_title: str) -> alt.LayerChart:
             x=alt.X("eval_loops:Q", title=N_TITLE, axis=alt.Axis(tickMinStep=1)),
             y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("difficulty:O", scale=alt.Scale(scheme="viridis"), legend=alt.Legend(orient="right")),
-            strokeDash=alt.StrokeDash(
-                "boundary:N", title="evaluated as", legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2)
-            ),
+            strokeDash=alt.StrokeDash("boundary:N", title="evaluated as", legend=DASH_LEGEND),
             tooltip=["boundary:N", "difficulty:O", "eval_loops:Q", alt.Tooltip("value:Q", format=".3f")],
         )
         .properties(name="run")

@@ -334,3 +334,16 @@ def test_every_report_figure_plots_the_verdict_inputs_at_the_level_it_names(e2):
     chain = next(c for t, c, _ in figures if t.startswith("E4 · chain") and "mode norm" in t)
     data = next(layer.data for layer in chain.layer if layer.name == "mean")
     assert data[(data["series"] == "looped, norm") & (data["overshoot_ratio"] == 1)]["mean"].iloc[0] == 1.0
+
+
+def test_a_line_style_legend_draws_its_dashes(e5_rows):
+    """The mode legend of E5 part 2 shows a solid and a dashed stroke (a filled symbol hid them: issue 32 item 2)."""
+    from dashboard import charts
+
+    at_scale, T = e5_slice(e5_rows)
+    acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])]
+    svg = svg_of(charts.e5_range(acc.sort_values("eval_loops"), T)[0])
+    symbols = [p for p in re.findall(r"<path[^>]*>", svg) if 'stroke="#333333"' in p and 'd="M-5,0L5,0"' in p]
+    dashes = {re.search(r'stroke-dasharray="([^"]+)"', p).group(1) for p in symbols}
+    assert len(symbols) == 2 and len(dashes) == 2, symbols
+    assert not [p for p in symbols if re.search(r'fill="(?!transparent|none)', p)], symbols
