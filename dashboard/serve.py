@@ -9,9 +9,26 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
+
+
+def wait_until_healthy(url: str, running: Callable[[], bool], timeout: float) -> bool:
+    """Poll `url`/_stcore/health until it answers (True), or the server stops `running` or `timeout` seconds pass
+    (False): how the tests and dev/load-check.py know a server they started is up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
+            return True
+        except OSError:
+            if not running() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
 
 
 def no_metrics_route() -> None:

@@ -26,10 +26,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from dashboard.serve import wait_until_healthy  # noqa: E402
+
 MAX_SESSIONS = 32
 CHART_DRAWN = (
     "() => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].some(c => [...c.querySelectorAll("
@@ -103,15 +105,8 @@ class Server:
         self.log = open(cache / "server.log", "w")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen([*command, "--results", str(results)], env=env, cwd=REPO, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=1)
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"load-check: the dashboard did not start; see {self.log.name}") from None
-                time.sleep(0.2)
+        if not wait_until_healthy(self.url, lambda: self.proc.poll() is None, 90):
+            raise SystemExit(f"load-check: the dashboard did not start; see {self.log.name}")
         self.peak_rss = 0.0
 
     def pids(self) -> list[int]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from dashboard.serve import wait_until_healthy
 from engine.core.store import Store
 from engine.experiments import e3, e4
 from tests.test_dashboard import relabel_heldout, smoke_results
@@ -81,15 +82,8 @@ def streamlit_server(results: Path, tmp_path_factory):
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start; see {log.name}") from None
-                time.sleep(0.2)
+        if not wait_until_healthy(url, lambda: proc.poll() is None, 60):
+            raise RuntimeError(f"streamlit did not start; see {log.name}")
         yield url
     finally:
         proc.terminate()

@@ -18,6 +18,7 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
+from dashboard.serve import wait_until_healthy
 from engine.cli import build_parser, dashboard_env, main
 from engine.core.presets import smoke
 from engine.errors import UsageError
@@ -71,14 +72,8 @@ def test_the_dashboard_listens_on_localhost_serves_no_metrics_and_reaps_its_warm
     command = [sys.executable, "-m", "engine", "dashboard", "--port", str(port), "--results", str(tmp_path / "r")]
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-                time.sleep(0.2)
+        up = wait_until_healthy(f"http://127.0.0.1:{port}", lambda: proc.poll() is None, 60)
+        assert up, (tmp_path / "server.log").read_text()
         assert set(listening(port)) == {"0100007F"}, listening(port)  # 127.0.0.1 only, no other interface
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/metrics", timeout=5).read().decode()
         assert "cache_memory_bytes" not in body and "# TYPE" not in body  # no metrics: the page shell at most

@@ -11,6 +11,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from dev.readout_check import stepwise_rule  # the rule before issue 31, kept once
 from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution, released_exit_steps
 from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, fit_prompts, make_prompts, probe
 
@@ -280,18 +281,6 @@ def test_probe_dataframe(loaded):
 REFERENCE = Path(__file__).parent / "data" / "released_exit_steps.json"
 
 
-def stepwise_exit_step(lam: torch.Tensor, threshold: float) -> torch.Tensor:
-    """(k, R) -> (R,): the rule E1 used before issue 31, every partial sum rounded to lam's dtype step by step."""
-    k = lam.shape[0]
-    stop = torch.full(lam.shape[1:], k, dtype=torch.long)
-    cumulative, survive = torch.zeros_like(lam[0]), torch.ones_like(lam[0])
-    for t in range(k):
-        cumulative = cumulative + lam[t] * survive
-        survive = survive * (1 - lam[t])
-        stop = torch.where((cumulative >= threshold) & (stop == k), t + 1, stop)
-    return stop
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_released_exit_steps_match_the_released_code(dtype):
     """tests/data/released_exit_steps.json holds gate logits and the step the released remote code
@@ -311,9 +300,9 @@ def test_released_exit_steps_match_the_released_code(dtype):
     assert steps[2] == [1] * 8 and steps[3] == list(range(1, 9))  # saturated / closed gates
     if dtype == "bfloat16":  # pdf 0.99609375, 0.00156, 0.00094: cumsum reaches 1.0 at step 3, step by step never
         assert steps[0] == [1, 2, 3, 3, 3, 3, 3, 3]
-        assert stepwise_exit_step(lam[:, :1], 1.0).item() == 8
+        assert stepwise_rule(lam[:, :1], 1.0).item() == 8
     # the data tells the rules apart: step-by-step rounding reads another step in some rows
-    stepwise = torch.stack([stepwise_exit_step(lam[:n], 1.0) for n in range(1, 9)])
+    stepwise = torch.stack([stepwise_rule(lam[:n], 1.0) for n in range(1, 9)])
     assert (stepwise.T != torch.tensor(steps)).any()
 
 
