@@ -19,6 +19,10 @@ st.set_page_config(page_title="loopscope", page_icon="🔁", layout="wide")
 # and Altair loaded it walks every object of the process, about 0.2 s of server CPU per page view, most of a repeat
 # view's cost. Python's own generational collector still runs; reference counting frees a page's frames at once.
 st.config.set_option("runner.postScriptGC", False)
+# No motion: Streamlit animates its running indicator, skeletons and fades, and a visitor's browser repaints them
+# at 60 frames a second for as long as a page waits for the server (software-rasterised where there is no GPU);
+# still, a results viewer shows the same. First on every page, so it arrives with the first message of a run.
+st.html("<style>*, *::before, *::after { animation: none !important; transition: none !important; }</style>")
 settings.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
 address = st.config.get_option("server.address")  # None: every interface, unless this is AppTest (no server)
 testing = st.config.get_option("global.appTest")  # st.config's: AppTest patches that one, not st.get_option

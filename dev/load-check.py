@@ -2,13 +2,27 @@
 accuracy page, against a fresh `loopscope dashboard` on 127.0.0.1 (read-only, as a hosted copy is).
 
     python dev/load-check.py [--sessions 4,8,16] [--results cached_results] [--timeout 80] [--json OUT]
+    python dev/load-check.py --floor      # the same sessions against dev/load_floor.py, a two-page bare Streamlit app
+    python dev/load-check.py --url URL    # against a dashboard already running elsewhere (browsers on this machine)
+    python dev/load-check.py --no-browser # the server alone: each visitor a protocol client, as if its browser were
+                                          # on the visitor's own machine
 
 Per N it reports, over the sessions: time to the overview's first claim card and to the accuracy page's first
 drawn chart (p50, p95, max; from the session's start, so queueing counts), how many sessions drew their chart
 within --timeout, the server's CPU seconds and its peak RSS (the Streamlit process; not the verdicts' warm-up
 beside it). Before the load it measures the server CPU of one accuracy-page view: cold (the server's first),
 repeated by the same visitor (a new tab) and by a new one (a new browser context), then that visitor's overview
-twice (its first view by this visitor, and a repeat). Each N gets a fresh server.
+twice (its first view by this visitor, and a repeat). Each N gets a fresh server. The browser's CPU is that of
+Chromium's processes (and Playwright's driver), the server's left out.
+
+`--floor` serves dev/load_floor.py instead (nothing of loopscope: Streamlit's front end and one small chart), so the
+table says what any Streamlit app costs per visitor on this machine, the floor under the dashboard's numbers. `--url`
+drives a dashboard that is already running (server CPU and RSS then unknown): with the server on one machine and
+the browsers on another, the visitors' CPUs are theirs, as a hosted dashboard's are. `--no-browser` measures that
+case on one machine: each session speaks Streamlit's own protocol (a websocket, the messages a browser sends: run
+the overview, then the accuracy page, as a click in the sidebar does) and times the messages that carry the
+overview's first "Paper:" card and the accuracy page's first chart; what the visitor's browser then spends drawing
+them (about 1.5-2 s of its CPU per page here, dev/LOG.md) is not in these times.
 
 Bounded: at most 32 sessions, every wait has a timeout, the server listens on 127.0.0.1 only and is stopped at the
 end; one Chromium (/usr/bin/chromium, or $CHROMIUM) holds all sessions, as one machine of visitors would.
@@ -95,16 +109,24 @@ def rss_mb(pids: list[int]) -> float:
 
 
 class Server:
-    """`loopscope dashboard` on 127.0.0.1, read-only, with its own verdict cache (cold, as a fresh host's)."""
+    """`loopscope dashboard` on 127.0.0.1, read-only, with its own verdict cache (cold, as a fresh host's); with
+    `floor`, dev/load_floor.py served by `streamlit run` with the same settings."""
 
-    def __init__(self, results: Path, cache: Path):
+    def __init__(self, results: Path, cache: Path, floor: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.floor = floor
         env = dict(os.environ, LOOPSCOPE_READ_ONLY="1", LOOPSCOPE_CACHE=str(cache), LOOPSCOPE_REMOTE_JOBS="")
-        command = [sys.executable, "-m", "engine", "dashboard", "--host", "127.0.0.1", "--port", str(self.port)]
+        if floor:
+            command = [sys.executable, "-m", "streamlit", "run", str(REPO / "dev" / "load_floor.py"),
+                       "--server.address", "127.0.0.1", "--server.port", str(self.port), "--server.headless", "true",
+                       "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]  # fmt: skip
+        else:
+            command = [sys.executable, "-m", "engine", "dashboard", "--host", "127.0.0.1", "--port", str(self.port),
+                       "--results", str(results)]  # fmt: skip
         self.log = open(cache / "server.log", "w")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen([*command, "--results", str(results)], env=env, cwd=REPO, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # fmt: skip
         if not wait_until_healthy(self.url, lambda: self.proc.poll() is None, 90):
             raise SystemExit(f"load-check: the dashboard did not start; see {self.log.name}")
         self.peak_rss = 0.0
@@ -114,6 +136,8 @@ class Server:
 
     def server_pid(self) -> int:
         """The Streamlit server itself (dashboard.serve), not the verdicts' warm-up beside it."""
+        if self.floor:
+            return self.proc.pid
         for pid in self.pids():
             try:
                 if b"dashboard.serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
@@ -137,6 +161,25 @@ class Server:
         self.log.close()
 
 
+class Remote:
+    """A dashboard already running at `url` (perhaps on another machine): its CPU and memory are not measured."""
+
+    def __init__(self, url: str):
+        self.url, self.peak_rss = url.rstrip("/"), None
+
+    def pids(self) -> list[int]:
+        return []
+
+    def cpu(self) -> None:
+        return None
+
+    def sample(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 async def session(browser, url: str, timeout_s: float) -> dict:
     """One visitor: the overview until its first claim card, then the accuracy page until its first chart."""
     context = await browser.new_context(viewport={"width": 1400, "height": 1400})
@@ -158,6 +201,41 @@ async def session(browser, url: str, timeout_s: float) -> dict:
         out["error"] = type(e).__name__
     finally:
         await context.close()
+    return out
+
+
+async def protocol_session(url: str, timeout_s: float) -> dict:
+    """One visitor without a browser: Streamlit's websocket, the overview run, then the accuracy page run on the same
+    connection; the time each first card / chart message arrives (from the session's start)."""
+    import websockets
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    start, out = time.monotonic(), {"card_s": None, "chart_s": None}
+
+    async def visit() -> None:
+        stream = url.replace("http", "ws", 1) + "/_stcore/stream"
+        async with websockets.connect(stream, subprotocols=["streamlit"], max_size=None) as ws:
+            for page, field in (("", "card_s"), ("accuracy", "chart_s")):
+                message = BackMsg()
+                message.rerun_script.page_name = page
+                await ws.send(message.SerializeToString())
+                while True:
+                    forward = ForwardMsg.FromString(await ws.recv())
+                    kind = forward.WhichOneof("type")
+                    if kind == "script_finished":
+                        break
+                    if kind == "delta" and forward.delta.WhichOneof("type") == "new_element":
+                        element = forward.delta.new_element
+                        found = element.WhichOneof("type")
+                        first = "Paper:" in element.markdown.body if field == "card_s" else found == "vega_lite_chart"
+                        if first and out[field] is None:
+                            out[field] = time.monotonic() - start
+
+    try:
+        await asyncio.wait_for(visit(), timeout_s)
+    except Exception as e:  # a timeout or a closed connection: the session did not get there in time
+        out["error"] = type(e).__name__
     return out
 
 
@@ -201,12 +279,19 @@ def quantile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def measure(n: int, results: Path, timeout_s: float, views: bool) -> dict:
+async def measure(n: int, results: Path, timeout_s: float, views: bool, floor: bool = False, url: str = "",
+                  browsers: bool = True) -> dict:  # fmt: skip
+    if not browsers:
+        return await measure_server(n, results, timeout_s, floor, url)
     from playwright.async_api import async_playwright
 
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     with tempfile.TemporaryDirectory(prefix="loopscope-load-") as tmp:
-        server = Server(results, Path(tmp))
+        server = Remote(url) if url else Server(results, Path(tmp), floor)
+
+        def browser_cpu() -> float:  # Chromium and Playwright's driver: this process's descendants but the server's
+            return cpu_s([p for p in tree(os.getpid()) if p != os.getpid() and p not in server.pids()])
+
         try:
             async with async_playwright() as p:
                 args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -215,19 +300,42 @@ async def measure(n: int, results: Path, timeout_s: float, views: bool) -> dict:
                 if views:  # before the load: one view cold, then the same page again
                     record |= await views_cpu(browser, server, timeout_s)
                 cpu0, t0, machine0 = server.cpu(), time.monotonic(), machine_busy_s()
-                browser0 = cpu_s([p for p in tree(os.getpid()) if p != os.getpid()])
+                browser0 = browser_cpu()
                 tasks = [asyncio.create_task(session(browser, server.url, timeout_s)) for _ in range(n)]
                 while not all(t.done() for t in tasks):
                     server.sample()
                     await asyncio.sleep(0.5)
                 found = [t.result() for t in tasks]
-                record["browser_cpu_s"] = cpu_s([p for p in tree(os.getpid()) if p != os.getpid()]) - browser0
+                record["browser_cpu_s"] = browser_cpu() - browser0
                 await browser.close()
         finally:
-            wall, cpu = time.monotonic() - t0, server.cpu() - cpu0
+            wall, cpu = time.monotonic() - t0, None if cpu0 is None else server.cpu() - cpu0
             record["machine_busy_cpu_s"] = machine_busy_s() - machine0
             server.sample()
             server.stop()
+    return summary(n, found, record, cpu, wall, server)
+
+
+async def measure_server(n: int, results: Path, timeout_s: float, floor: bool, url: str) -> dict:
+    """measure() without browsers: N protocol sessions at once; the same record (browser CPU 0)."""
+    with tempfile.TemporaryDirectory(prefix="loopscope-load-") as tmp:
+        server = Remote(url) if url else Server(results, Path(tmp), floor)
+        try:
+            cpu0, t0, machine0 = server.cpu(), time.monotonic(), machine_busy_s()
+            tasks = [asyncio.create_task(protocol_session(server.url, timeout_s)) for _ in range(n)]
+            while not all(t.done() for t in tasks):
+                server.sample()
+                await asyncio.sleep(0.5)
+            found = [t.result() for t in tasks]
+        finally:
+            wall, cpu = time.monotonic() - t0, None if cpu0 is None else server.cpu() - cpu0
+            busy = machine_busy_s() - machine0
+            server.sample()
+            server.stop()
+    return summary(n, found, {"sessions": n, "browser_cpu_s": 0.0, "machine_busy_cpu_s": busy}, cpu, wall, server)
+
+
+def summary(n: int, found: list[dict], record: dict, cpu: float | None, wall: float, server) -> dict:
     cards = [r["card_s"] for r in found if r["card_s"] is not None]
     charts = [r["chart_s"] for r in found if r["chart_s"] is not None]
     return record | {
@@ -254,8 +362,8 @@ def table(records: list[dict]) -> str:
         lines.append(
             f"| {r['sessions']} | {f(r['card_p50_s'])} / {f(r['card_p95_s'])} / {f(r['card_max_s'])} | "
             f"{f(r['chart_p50_s'])} / {f(r['chart_p95_s'])} / {f(r['chart_max_s'])} | {r['charts']} of "
-            f"{r['sessions']} | {r['server_cpu_s']:.1f} / {r['browser_cpu_s']:.1f} / {r['machine_busy_cpu_s']:.0f} "
-            f"({r['wall_s']:.0f}) | {r['peak_rss_mb']:.0f} |"
+            f"{r['sessions']} | {f(r['server_cpu_s'])} / {f(r['browser_cpu_s'])} / {r['machine_busy_cpu_s']:.0f} "
+            f"({r['wall_s']:.0f}) | {f(r['peak_rss_mb'])} |"
         )
     return "\n".join(lines)
 
@@ -266,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=str(REPO / "cached_results"), help="the results folder to serve")
     parser.add_argument("--timeout", type=float, default=80.0, help="seconds a session may take (default 80)")
     parser.add_argument("--no-views", action="store_true", help="skip the cold/repeat view CPU measurement")
+    parser.add_argument("--floor", action="store_true", help="serve dev/load_floor.py (bare Streamlit) instead")
+    parser.add_argument("--url", default="", help="drive a dashboard already running at this address instead")
+    parser.add_argument("--no-browser", action="store_true", help="sessions as protocol clients: the server alone")
     parser.add_argument("--json", help="also write the records to this file")
     args = parser.parse_args(argv)
     try:
@@ -276,12 +387,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"each session count must be 1..{MAX_SESSIONS}")
     if not 1 <= args.timeout <= 600:
         parser.error("--timeout must be 1..600 seconds")
+    if args.url and args.floor:
+        parser.error("--url and --floor exclude each other: --floor starts its own server")
+    if args.url and not args.url.startswith(("http://", "https://")):
+        parser.error(f"--url {args.url!r} is not an http(s) address")
     if not Path(args.results).is_dir():
         parser.error(f"no results folder {args.results}")
     note = load_note()
-    records = [asyncio.run(measure(n, Path(args.results), args.timeout, views=not args.no_views and i == 0))
-               for i, n in enumerate(counts)]  # fmt: skip
-    print(f"load check on {note}; sessions may take {args.timeout:.0f} s")
+    views = not (args.no_views or args.url or args.floor or args.no_browser)  # loopscope's own server, in a browser
+    records = [asyncio.run(measure(n, Path(args.results), args.timeout, views and i == 0, args.floor, args.url,
+                                   browsers=not args.no_browser)) for i, n in enumerate(counts)]  # fmt: skip
+    served = args.url or ("dev/load_floor.py (bare Streamlit)" if args.floor else "loopscope dashboard")
+    served += ", no browsers (protocol clients)" if args.no_browser else ""
+    print(f"load check of {served} on {note}; sessions may take {args.timeout:.0f} s")
     print(table(records))
     for r in records:
         if "view_cpu_cold_s" in r:
@@ -291,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"server CPU per overview view (after the accuracy page's): first {r['overview_cpu_first_s']:.2f} s, "
                   f"repeated {r['overview_cpu_repeat_s']:.2f} s")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": note, "records": records}, indent=2))
+        Path(args.json).write_text(json.dumps({"machine": note, "served": served, "records": records}, indent=2))
     return 0
 
 
