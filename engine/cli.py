@@ -180,7 +180,7 @@ def cmd_run(args) -> int:
     if args.backend != "ray":  # every training of every experiment asked for, before the first one starts
         units = [(cfg, seeds_for(name, args.preset, cfg, seeds))
                  for name in names for cfg, _ in REGISTRY[name].trainings(args.preset, tasks)]  # fmt: skip
-        check_memory(units, device, store)
+        check_memory(units, device, store, args.workers)
     for name, module in zip(names, modules, strict=True):
         start = time.perf_counter()  # the fan-out included: the figure is the experiment's wall time
         if args.backend == "ray":

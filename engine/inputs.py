@@ -103,12 +103,14 @@ def check_repo(repo: str) -> None:
         raise UsageError(f"--repo {repo!r} is not a Hugging Face repo id; write it ORG/NAME.")
 
 
-def check_memory(units: Iterable[tuple[RunConfig, Iterable[int]]], device: str, store=None) -> None:
+def check_memory(units: Iterable[tuple[RunConfig, Iterable[int]]], device: str, store=None, workers: int = 1) -> None:
     """Refuse, before anything is allocated, a training whose group does not fit `device` (engine.core.memory:
     the estimated peak against a GPU's memory or the machine's RAM, $LOOPSCOPE_MEMORY_GB overriding both). Units
     are (config, seeds); with `store`, only configs with a seed not cached there train, so only they are checked.
     A lower bound (weights, AdamW state and the input every layer keeps at every loop step, checkpointed or not)
-    refuses the absurd at once, without the estimate's own forward. UsageError with one sentence."""
+    refuses the absurd at once, without the estimate's own forward. With `workers` > 1 (the local backend) that
+    many groups train at once: the largest `workers` estimates of the groups to train must fit together. UsageError
+    with one sentence."""
     from engine.core import presets
     from engine.core.memory import GIB, available, check_fits, longest_sequence
 
@@ -120,7 +122,13 @@ def check_memory(units: Iterable[tuple[RunConfig, Iterable[int]]], device: str, 
             "set it like 16, or unset it to use this machine's memory."
         ) from None
     size = lambda n: f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.1f} MiB"  # noqa: E731
-    todo = [cfg for cfg, seeds in units if store is None or any(store.status(cfg.run_key(s)) != "ok" for s in seeds)]
+    units = [(cfg, list(seeds)) for cfg, seeds in units]
+
+    def untrained(cfg: RunConfig, seeds: list[int]) -> bool:  # without a store: all of it
+        return store is None or any(store.status(cfg.run_key(s)) != "ok" for s in seeds)
+
+    todo = [cfg for cfg, seeds in units if untrained(cfg, seeds)]
+    peaks = {}
     for cfg in dict.fromkeys(todo):  # each config once
         members, m = cfg.train.group_size, cfg.model
         loops = max(presets.parse_loops(cfg.train.loops)[1]) if cfg.train.loops else m.trained_loops
@@ -132,6 +140,17 @@ def check_memory(units: Iterable[tuple[RunConfig, Iterable[int]]], device: str, 
                     f"a group of {members} seed(s) needs more than {size(least)} on {device} and {size(have)} are "
                     "there; use a smaller train.group_size, train.batch_size or model."
                 )
-            check_fits(cfg, members, device)
+            peaks[cfg] = check_fits(cfg, members, device).peak_bytes
         except ValueError as e:
             raise UsageError(f"{cfg.task.name} {cfg.model.arch} {cfg.model.boundary}: {e}") from None
+    if workers > 1:  # the groups still to train, each at its config's peak; `workers` of them run at once
+        pending = {(cfg, tuple(g)) for cfg, seeds in units if cfg in peaks for g in cfg.groups(seeds)
+                   if untrained(cfg, [s for s in g if s in seeds])}  # fmt: skip
+        groups = sorted((peaks[cfg] for cfg, _ in pending), reverse=True)
+        together = sum(groups[:workers])
+        if len(groups) > 1 and together > have:
+            fit = next(k for k in range(len(groups), 0, -1) if sum(groups[:k]) <= have)
+            raise UsageError(
+                f"--workers {workers} trains {min(workers, len(groups))} groups at once, which need about "
+                f"{size(together)} together on {device}, and {size(have)} are there; use --workers {fit} or fewer."
+            )

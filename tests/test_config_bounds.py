@@ -245,6 +245,43 @@ def test_verify_and_restore_refuse_before_retraining(tmp_path, capsys, monkeypat
     assert "MiB on cpu and 1.0 MiB are there" in err
 
 
+def test_workers_that_do_not_fit_together_are_refused_before_training(tmp_path, capsys, monkeypatch):
+    """--workers N trains N groups at once: their estimates must fit together, not one at a time."""
+    from engine.core.memory import estimate
+    from engine.errors import UsageError
+    from engine.inputs import check_memory
+
+    one = estimate(smoke("parity"), 2, "cpu").peak_bytes
+    monkeypatch.setenv("LOOPSCOPE_MEMORY_GB", str(1.5 * one / 1e9))  # one group fits, two do not
+    err = refused(capsys, ["run", "e2", "--preset", "smoke", "--seeds", "4", "--tasks", "parity", "--workers", "2",
+                           "--device", "cpu"], tmp_path / "res", "--workers 2 trains 2 groups at once",
+                  "use --workers 1 or fewer")  # fmt: skip
+    assert "together on cpu" in err
+    check_memory([(smoke("parity"), range(4))], "cpu", workers=1)  # one at a time: fits
+    check_memory([(smoke("parity"), range(2))], "cpu", workers=2)  # a single group to train: fits
+    store = Store(tmp_path / "cached")
+    with pytest.raises(UsageError, match="2 groups at once"):
+        check_memory([(smoke("parity"), range(4)), (smoke("parity"), range(4))], "cpu", store, workers=4)
+
+
+def test_a_ray_cluster_without_a_node_large_enough_is_refused_before_dispatch(tmp_path):
+    """Ray places each CPU task by its group's estimated peak (its `memory` resource); a group no live node can
+    hold is refused at once instead of waiting for ever."""
+    from engine.core.memory import estimate
+    from engine.errors import UsageError
+    from engine.runtime.fanout import node_memory_needs
+
+    cfg, store = smoke("parity"), Store(tmp_path / "res")
+    need = estimate(cfg, 2, "cpu").peak_bytes
+    units = [(cfg, [0, 1], "e2")]
+    node = lambda memory, alive=True: {"Alive": alive, "Resources": {"memory": memory}}  # noqa: E731
+    assert node_memory_needs(units, store, "cpu", [node(need // 2), node(need * 4)]) == {cfg: need}
+    assert node_memory_needs(units, store, "cuda", [node(0)]) == {}  # a GPU's memory is the task's own check
+    for nodes in ([node(need // 2)], [node(need * 4, alive=False)], []):
+        with pytest.raises(UsageError, match="the largest node of the Ray cluster offers"):
+            node_memory_needs(units, store, "cpu", nodes)
+
+
 def test_a_background_job_that_does_not_fit_is_refused_before_it_starts(tmp_path, monkeypatch):
     monkeypatch.setenv("LOOPSCOPE_MEMORY_GB", "0.001")
     with pytest.raises(ValueError, match=r"a group of 2 seed\(s\) needs about"):

@@ -4,7 +4,9 @@
 group and returns (run key, manifest, weights, rows) per seed; the driver writes them into its own store,
 so workers need no shared folder. RAY_ADDRESS picks a running cluster; without it a local Ray is started
 for the command's duration. Where the cluster has GPUs (and --device is not cpu) each task asks for
-GPU_FRACTION of one, so four small trainings share a GPU.
+GPU_FRACTION of one, so four small trainings share a GPU. On the CPU each task asks for its group's estimated
+peak memory (engine.core.memory) as Ray's `memory` resource, so a node runs only as many trainings as its memory
+holds; a group larger than every node's memory is refused before anything is dispatched.
 
 `--workers N` (the local backend) runs N processes on this machine, each with cores/N threads: on 2 cores,
 two single-thread processes get more done than one process with two threads (README, performance). The
@@ -70,6 +72,7 @@ def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device:
     try:
         gpus = GPU_FRACTION if device != "cpu" and ray.cluster_resources().get("GPU", 0) > 0 else 0
         task = ray.remote(num_cpus=1, num_gpus=gpus)(_train_unit)
+        memory = node_memory_needs(units, store, device, ray.nodes())
         with ExitStack() as locks:
             pending = {}
             for cfg, seeds, experiment in units:
@@ -79,7 +82,8 @@ def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device:
                         continue
                     locks.enter_context(store.lock(group_id(cfg, group), f"training seeds {group} of {cfg.task.name}"))
                     if missing_seeds(cfg, wanted, store):
-                        pending[task.remote(cfg, group, experiment, device)] = cfg
+                        options = {"memory": memory[cfg]} if memory.get(cfg) else {}
+                        pending[task.options(**options).remote(cfg, group, experiment, device)] = cfg
             total, t0 = len(pending), time.perf_counter()
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
@@ -90,6 +94,30 @@ def fan_out(units: list[tuple[RunConfig, list[int], str]], store: Store, device:
     finally:
         if started:
             ray.shutdown()
+
+
+def node_memory_needs(units, store: Store, device: str, nodes: list[dict]) -> dict[RunConfig, int]:
+    """{config: bytes of a group's estimated peak} for the CPU trainings still to do (a GPU's memory is not a Ray
+    resource: the device's own check runs in the task); UsageError if a group needs more than every live node of
+    the cluster has (Ray would otherwise leave its task pending for ever)."""
+    if device != "cpu":
+        return {}
+    from engine.core.memory import GIB, estimate
+    from engine.errors import UsageError
+
+    largest = max((n.get("Resources", {}).get("memory", 0) for n in nodes if n.get("Alive")), default=0)
+    needs = {}
+    for cfg, seeds, _ in units:
+        if cfg not in needs and missing_seeds(cfg, seeds, store, report=False):
+            needs[cfg] = estimate(cfg, cfg.train.group_size, "cpu").peak_bytes
+            if needs[cfg] > largest:
+                raise UsageError(
+                    f"{cfg.task.name} {cfg.model.arch} {cfg.model.boundary}: a group of {cfg.train.group_size} seed(s) "
+                    f"needs about {needs[cfg] / GIB:.1f} GiB and the largest node of the Ray cluster offers "
+                    f"{largest / GIB:.1f} GiB; use a smaller train.group_size, train.batch_size or model, or a node "
+                    "with more memory."
+                )
+    return needs
 
 
 # ---------------------------------------------------------------- the local backend: a process pool
