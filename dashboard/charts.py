@@ -433,27 +433,100 @@ def difference_chart(diffs: pd.DataFrame, x: str, x_title: str, y_title: str, bu
     return alt.layer(*layers).properties(width=WIDTH, height=220, autosize=AUTOSIZE)
 
 
+def rung_points(summaries: dict, task: str, level: str, part: str = "ladder") -> pd.DataFrame:
+    """Per rung of E5's ladder at n = T and 3T, from {study: engine.experiments.e5.summarize's table} (a study and
+    its partner on the other device; a summary that is None, or lacks the task and level, or has another T than
+    the first, is left out): part `ladder` (the surgery's damage) or `rescale` (its recovery, fixed-T training).
+    Columns: series (n = T / 3T), params, steps, mean, ci_low, ci_high, n, device (CPU or GPU: the study's,
+    dashboard.results.device_of) and study: ladder_chart's points."""
+    from dashboard.results import device_of
+
+    columns = ["series", "params", "steps", "mean", "ci_low", "ci_high", "n", "device", "study"]
+    frames, T = [], None
+    for study, summary in summaries.items():
+        s = summary[(summary["task"] == task) & (summary["level"] == level)] if summary is not None else None
+        if s is None or s.empty or T is not None and int(s["trained_loops"].iloc[0]) != T:
+            continue
+        T = int(s["trained_loops"].iloc[0])
+        s = s[(s["part"] == part) & s["eval_loops"].isin([T, 3 * T]) & s["mean"].notna()]
+        s = s[s["train_loops"] == f"fixed:{T}"] if part == "rescale" else s
+        frames.append(s.assign(
+            series=[f"n = {n} ({'T' if n == T else '3T'})" for n in s["eval_loops"]],
+            steps=s["train_steps"].astype(int).astype(str), device=device_of(study), study=study,
+        ))  # fmt: skip
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def devices_note(points: pd.DataFrame, T: int) -> str:
+    """The ladder figure's sentence on its devices (rung_points): which study each device's points come from, and
+    the rungs run on both (the bridge) with both means at n = T; '' for one device."""
+    if "device" not in points or points["device"].nunique() < 2:
+        return ""
+    studies = ", ".join(f"{d}: `{s}`" for d, s in points[["device", "study"]].drop_duplicates().to_numpy())
+    at_T = points[points["series"].str.startswith(f"n = {T} ")]
+    both = at_T.groupby(["params", "steps"]).filter(lambda g: g["device"].nunique() > 1)
+    bridges = [
+        f"{int(p):,} parameters: "
+        + ", ".join(f"{r.device} {r.mean:+.3f} ({int(r.n)} seeds)" for r in g.sort_values("device").itertuples())
+        for p, g in both.groupby("params")
+    ]
+    note = f" Markers by device ({studies}; GPU hollow)."
+    return note + (f" Run on both devices (the bridge), at n = T: {'; '.join(bridges)}." if bridges else "")
+
+
 @memoized()
-def ladder_chart(points: pd.DataFrame, reference_params: float) -> alt.LayerChart:
+def ladder_chart(
+    points: pd.DataFrame, reference_params: float, y_title: str = "accuracy lost to the surgery (norm − norm→none)"
+) -> alt.LayerChart:
     """E5's ladder: the surgery's damage (mean with its 95% CI over seeds) against parameters on a log axis, one
     colour per n (points: series, params, mean, ci_low, ci_high, n, steps), a longer training drawn as a square,
-    the zero line and a rule at the paper's model size."""
+    the zero line and a rule at the paper's model size. Points from two devices (a `device` column, CPU and GPU:
+    the CPU study's ladder and the GPU study's) are told apart by their marker (shape legend `device · training
+    steps`; the GPU's hollow and larger, so a rung run on both, the bridge, shows both); y_title: another quantity
+    per rung (the rescale surgery's recovery)."""
+    devices = sorted(points["device"].unique()) if "device" in points and len(points) else []
+    if len(devices) > 1:
+        marker = [f"{d} · {int(s):,} steps" for d, s in zip(points["device"], points["steps"], strict=True)]
+        points = points.assign(marker=marker)
+        domain = sorted(
+            set(marker), key=lambda m: (m.split(" · ")[0], int(m.split(" · ")[1].split()[0].replace(",", "")))
+        )
+        shapes = {"CPU": ["circle", "square", "cross"], "GPU": ["triangle-up", "diamond", "triangle-down"]}
+        rank = {d: [m for m in domain if m.startswith(d)] for d in devices}
+        scale = alt.Scale(
+            domain=domain,
+            range=[shapes.get(m.split(" · ")[0], ["circle"] * 3)[rank[m.split(" · ")[0]].index(m) % 3] for m in domain],
+        )
+        shape = alt.Shape("marker:N", title="device · training steps", scale=scale, legend=alt.Legend(orient="bottom"))
+    else:
+        points = points.assign(marker=points["steps"]) if len(points) else points.assign(marker=[])
+        shape = alt.Shape("steps:N", title="training steps", legend=alt.Legend(orient="bottom"))
     x = alt.X("params:Q", title="parameters (log scale)", scale=alt.Scale(type="log", nice=False))
     colors = color_scale(points["series"]) if len(points) else alt.Undefined
     color = alt.Color("series:N", title="loop count", scale=colors, legend=alt.Legend(orient="bottom"))
-    shape = alt.Shape("steps:N", title="training steps", legend=alt.Legend(orient="bottom"))
     tooltip = ["series:N", alt.Tooltip("params:Q", format=","), "steps:N", alt.Tooltip("mean:Q", format="+.3f"),
                alt.Tooltip("ci_low:Q", format="+.3f"), alt.Tooltip("ci_high:Q", format="+.3f"), "n:Q"]  # fmt: skip
+    tooltip += ["device:N"] if len(devices) > 1 else []
     base = alt.Chart(points).encode(x=x, color=color)
+    y = alt.Y("mean:Q", title=y_title)
+    if len(devices) > 1:  # the GPU's markers hollow and larger, drawn over the CPU's filled ones
+        marks = [
+            base.transform_filter(alt.datum.device == d)
+            .mark_point(size=90 if d == "CPU" else 170, filled=d == "CPU", strokeWidth=2)
+            .encode(y=y, shape=shape, tooltip=tooltip)
+            .properties(name=f"mean-{d.lower()}")
+            for d in devices
+        ]
+    else:
+        marks = [
+            base.mark_point(size=90, filled=True).encode(y=y, shape=shape, tooltip=tooltip).properties(name="mean")
+        ]
     paper_rule = pd.DataFrame({"params": [reference_params], "label": [f"the paper's {reference_params / 1e6:.0f}M"]})
     layers = [
         alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y="y:Q").properties(name="zero"),
         base.mark_rule(strokeWidth=2).encode(y="ci_low:Q", y2="ci_high:Q").properties(name="ci"),
-        base.mark_line(strokeWidth=1.5, opacity=0.6).encode(y="mean:Q", detail="steps:N").properties(name="line"),
-        base.mark_point(size=90, filled=True)
-        .encode(y=alt.Y("mean:Q", title="accuracy lost to the surgery (norm − norm→none)"), shape=shape,
-                tooltip=tooltip)
-        .properties(name="mean"),
+        base.mark_line(strokeWidth=1.5, opacity=0.6).encode(y="mean:Q", detail="marker:N").properties(name="line"),
+        *marks,
         alt.Chart(paper_rule).mark_rule(strokeDash=[6, 4], color="#444444").encode(x="params:Q")
         .properties(name="paper"),
         alt.Chart(paper_rule).mark_text(align="right", dx=-4, baseline="top", fontSize=11, color="#444444")

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard.results import catalog, presets, results_root, tables_state  # noqa: F401  (re-exported)
+from dashboard import charts
+from dashboard.results import OWN_FOLDER, catalog, presets, results_root, table_path, tables_state  # noqa: F401
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store, weights_not_kept
@@ -115,9 +116,9 @@ def derived(key: tuple | None, compute: Callable):
 
 
 def table(experiment: str, preset_name: str, root: Path | None = None) -> Table:
-    """The table `<root>/<experiment>-<preset>.parquet` (root: the results folder unless given), read once per
-    change of the file."""
-    path = (root or results_root()) / f"{experiment}-{preset_name}.parquet"
+    """The table `<root>/<experiment>-<preset>.parquet` (root: the results folder unless given; in the study's own
+    folder for a study that has one, dashboard.results.table_path), read once per change of the file."""
+    path = table_path(root or results_root(), experiment, preset_name)
     if not path.is_file():
         return Table(experiment, preset_name, root=path.parent)
     stat = path.stat()
@@ -410,11 +411,33 @@ def _run_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | N
         return None, f"run {key}: its manifest lacks {e} (written by an older version?)"
 
 
+def run_stores(root: Path | None = None) -> dict[str, Path]:
+    """{folder: store} of the runs the dashboard lists: the results folder's own ("") and each study's own folder
+    (OWN_FOLDER, e.g. "gpu") that holds runs; no other subfolder is read."""
+    root = root or results_root()
+    own = {study: root / folder for study, folder in OWN_FOLDER.items() if (root / folder / "runs").is_dir()}
+    return {"": root, **own}
+
+
+def run_id(folder: str, key: str) -> str:
+    """A run's name across stores: its key in the results folder, `<study>/<key>` in a study's own folder (the GPU
+    study reruns a CPU config, the bridge rung, under the same key)."""
+    return f"{folder}/{key}" if folder else key
+
+
 def runs() -> tuple[pd.DataFrame, list[str]]:
-    """Every valid cached run, and a sentence for each run that could not be read."""
-    root = results_root()
-    state = files_state(root / "runs")  # one walk of the runs; its digest keys the table (one cache look-up a view)
-    return _runs(str(root), hashlib.sha256(repr(state).encode()).hexdigest())
+    """Every valid cached run of every store (run_stores; column `study`: "" or its own folder's study, `run`: its
+    run_id), and a sentence for each run that could not be read."""
+    tables, problems = [], []
+    for folder, root in run_stores().items():
+        state = files_state(root / "runs")  # one walk of the runs; its digest keys the table (one look-up a view)
+        table, found = _runs(str(root), hashlib.sha256(repr(state).encode()).hexdigest())
+        tables += [table.assign(study=folder, run=[run_id(folder, k) for k in table["run_key"]])] if len(table) else []
+        problems += found
+    if not tables:
+        return pd.DataFrame(), problems
+    table = pd.concat(tables, ignore_index=True)
+    return table[["study", *[c for c in table.columns if c not in ("study", "run")], "run"]], problems
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -441,10 +464,28 @@ def _run_detail(root: str, key: str, state: tuple) -> tuple[dict, pd.DataFrame |
         return {}, None, f"run {key}: its rows could not be read ({type(e).__name__})"
 
 
-def run_detail(key: str) -> tuple[dict, pd.DataFrame | None, str | None]:
-    """One run's manifest and its evaluation rows (checksums verified), or a sentence saying why not."""
-    root = results_root()
+def run_detail(run: str) -> tuple[dict, pd.DataFrame | None, str | None]:
+    """One run's manifest and its evaluation rows (checksums verified), or a sentence saying why not; run: its
+    run_id (a run key, or `<study>/<key>` for a run in a study's own folder)."""
+    folder, _, key = run.rpartition("/")
+    root = run_stores().get(folder, results_root())
     return _run_detail(str(root), key, files_state(root / "runs" / key))
+
+
+GPU_FACTS = {"name": "GPU", "capability": "compute capability", "memory_gib": "memory (GiB)", "driver": "driver",
+             "cuda": "CUDA", "cudnn": "cuDNN", "torch": "torch"}  # fmt: skip
+
+
+def gpu_facts(manifest: dict) -> list[tuple[str, str]]:
+    """A GPU run's provenance as (what, value): the manifest's `gpu` (engine.core.store.gpu_info), its dtype policy
+    and peak memory; [] for a run without them (a CPU run)."""
+    gpu = manifest.get("gpu") if isinstance(manifest.get("gpu"), dict) else {}
+    facts = [(label, str(gpu[k])) for k, label in GPU_FACTS.items() if gpu.get(k) not in (None, "")]
+    for key, label in (("dtype_policy", "dtype policy"), ("peak_memory_gib", "peak memory (GiB)"),
+                       ("estimated_memory_gib", "estimated memory (GiB)")):  # fmt: skip
+        if manifest.get(key) not in (None, ""):
+            facts.append((label, str(manifest[key])))
+    return facts
 
 
 def loss_curve(manifest: dict) -> pd.DataFrame:
@@ -479,7 +520,7 @@ def job_results(spec: dict | None) -> dict:
             experiment = None
         if experiment in EXPERIMENT_PAGES:
             found["experiment"] = experiment
-            tables = presets(experiment)
+            tables = [p for p in presets(experiment) if p not in OWN_FOLDER]  # a job's run is the results folder's
             found["preset"] = tables[0] if tables else None
     return found
 
@@ -512,3 +553,13 @@ def _e5_summary(preset_name: str, state: tuple) -> tuple[pd.DataFrame | None, st
 def e5_summary(preset_name: str) -> tuple[pd.DataFrame | None, str | None]:
     """engine.experiments.e5.summarize of the table: every estimate of the four parts, the table the claims read."""
     return _e5_summary(preset_name, tables_state(results_root()))
+
+
+def rungs(preset_name: str, task: str, level: str, part: str = "ladder") -> pd.DataFrame:
+    """charts.rung_points of this study's E5 summary and its partner's on the other device (the first of
+    dashboard.results.ladder_partners whose e5 table exists): per rung at n = T and 3T, with its device."""
+    from dashboard.results import ladder_partners
+
+    partner = next((p for p in ladder_partners(preset_name) if p in presets("e5")), None)  # the largest first
+    summaries = {study: e5_summary(study)[0] for study in (preset_name, partner) if study in presets("e5")}
+    return charts.rung_points(summaries, task, level, part)

@@ -42,8 +42,20 @@ pre{background:#f5f5f5;padding:10px;overflow-x:auto}
 
 
 def chosen_tables(root: Path, preset_name: str | None = None) -> dict[str, str]:
-    """{experiment: preset}: the given preset where its table exists, else the largest present."""
-    return {e: preset_name if preset_name in p else p[0] for e, p in catalog(root).items()}
+    """{experiment: preset}: the given preset where its table exists, else the largest present outside the studies
+    with a folder of their own (results.OWN_FOLDER: the GPU study has a section of its own, own_studies)."""
+    chosen = {}
+    for e, p in catalog(root).items():
+        shared = [x for x in p if x not in results.OWN_FOLDER]
+        if preset_name in p or shared:
+            chosen[e] = preset_name if preset_name in p else shared[0]
+    return chosen
+
+
+def own_studies(root: Path, preset_name: str | None = None) -> list[str]:
+    """The studies with a folder of their own (the GPU study) that get a section of their own: every one present
+    but the chosen study."""
+    return [s for s in results.studies(root) if s in results.OWN_FOLDER and s != preset_name]
 
 
 def _esc(text) -> str:
@@ -247,13 +259,19 @@ def e1_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
     return out
 
 
-def e5_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
+def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -> list[tuple[str, object, str]]:
     """E5 at the held-out mean (the level its headline verdicts read), by the page's own builders (charts.e5_*):
     part 1's effects of fixed-T training, part 2's accuracy per training distribution run as trained, part 3's
-    ladder and part 4's rescale recovery."""
+    ladder and part 4's rescale recovery. The ladder (and the rescale recovery per rung) span this study and its
+    partner on the other device (results.ladder_partners) where root holds the partner's e5 table."""
     from engine.experiments import e5
 
     summary, out = e5.summarize(rows, preset_name), []
+    summaries = {preset_name: summary}
+    found = results.presets("e5", root) if root is not None else []
+    partner = next((p for p in results.ladder_partners(preset_name) if p in found), None)
+    if partner:
+        summaries[partner] = e5.summarize(pd.read_parquet(results.table_path(root, "e5", partner)), partner)
     level = verdicts.MEAN if verdicts.MEAN in set(summary["level"]) else sorted(summary["level"].unique())[0]
     for task in sorted(summary["task"].unique()):
         s = summary[(summary["task"] == task) & (summary["level"] == level)]
@@ -275,20 +293,27 @@ def e5_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
             )
             cap = charts.caption(int(stats_["n"].min()), stats_["ci_method"], charts.CHANCE, what)
             out.append((f"E5 · {task}: accuracy per training distribution, run as trained ({level})", chart, cap))
-        ladder = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
-        if ladder[["params", "train_steps"]].drop_duplicates().shape[0] > 1:
-            points = ladder.assign(
-                series=[f"n = {n} ({'T' if n == T else '3T'})" for n in ladder["eval_loops"]],
-                steps=ladder["train_steps"].astype(int).astype(str),
-            )[["series", "params", "steps", "mean", "ci_low", "ci_high", "n"]]
+        points = charts.rung_points(summaries, task, level)
+        if len(points[["params", "steps", "device"]].drop_duplicates()) > 1:
+            points = points if points["device"].nunique() > 1 else points.drop(columns=["device", "study"])
             what = (f"{task}, {level}: norm − norm→none per seed at n = T and 3T against parameters (reported, not "
                     f"judged); the E2 model's point averages {int(points['n'].max())} seeds, the other rungs "
                     f"{int(points['n'].min())}.")  # fmt: skip
-            out.append((f"E5 · {task}: the surgery's damage against scale ({level})",
-                        charts.ladder_chart(points, paper.PAPER_PARAMS), what))  # fmt: skip
+            chart = charts.ladder_chart(points, paper.PAPER_PARAMS)
+            out.append((f"E5 · {task}: the surgery's damage against scale ({level})", chart,
+                        what + charts.devices_note(points, T)))  # fmt: skip
+        per_rung = charts.rung_points(summaries, task, level, "rescale")
+        if len(per_rung[["params", "steps", "device"]].drop_duplicates()) > 1:
+            per_rung = per_rung if per_rung["device"].nunique() > 1 else per_rung.drop(columns=["device", "study"])
+            what = (f"{task}, {level}: the rescale surgery's recovery per rung at n = T and 3T against parameters, "
+                    "damaged seeds only.")  # fmt: skip
+            chart = charts.ladder_chart(per_rung, paper.PAPER_PARAMS, "recovery (fraction regained)")
+            out.append((f"E5 · {task}: rescale surgery recovery per rung ({level})", chart,
+                        what + charts.devices_note(per_rung, T)))  # fmt: skip
         rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
         rescale = rescale[rescale["eval_loops"] >= T].sort_values("eval_loops")
-        if len(rescale) and rescale["mean"].notna().any():
+        one_model = len(rescale[["params", "train_steps"]].drop_duplicates()) == 1  # else per rung, above
+        if one_model and rescale["mean"].notna().any():
             chart, stats_ = charts.e5_rescale(rescale, T)
             what = f"{task}, {level}, trained `{fixed}`: the rescale surgery's recovery per seed, damaged seeds only. "
             out.append((f"E5 · {task}: rescale surgery recovery ({level})", chart,
@@ -304,8 +329,8 @@ FIGURES = {"e1": e1_figures, "e2": e2_figures, "e3": e3_figures, "e4": e4_figure
 
 def provenance(root: Path, tables: dict[str, str], frames: dict[str, pd.DataFrame]) -> tuple[list[str], list[list]]:
     """From the run manifests where the runs are present (commit, machine, device, runs), else from the tables."""
-    manifests = []
-    for path in sorted((Path(root) / "runs").glob("*/manifest.json")):
+    manifests, folders = [], list(dict.fromkeys(results.study_root(root, p) for p in tables.values()))
+    for path in sorted(p for folder in folders for p in folder.glob("runs/*/manifest.json")):
         try:
             manifests.append(json.loads(path.read_text()))
         except (OSError, ValueError):
@@ -323,7 +348,7 @@ def provenance(root: Path, tables: dict[str, str], frames: dict[str, pd.DataFram
             }
         )
         refits = []
-        for path in sorted((Path(root) / "refits").glob("*/manifest.json")):  # E3's refits: their own manifests
+        for path in sorted(p for folder in folders for p in folder.glob("refits/*/manifest.json")):  # E3's refits
             try:
                 refits.append(json.loads(path.read_text()))
             except (OSError, ValueError):
@@ -342,7 +367,7 @@ def provenance(root: Path, tables: dict[str, str], frames: dict[str, pd.DataFram
     header = ["table", "rows", "runs", "seeds", "tasks", "sha256 (first 16)", "written (UTC)"]
     body = []
     for experiment, preset_name in tables.items():
-        path = Path(root) / f"{experiment}-{preset_name}.parquet"
+        path = results.table_path(root, experiment, preset_name)
         rows = frames[experiment]
         seeds = sorted(int(s) for s in rows["seed"].unique())
         body.append([path.name, len(rows), rows["run_key"].nunique(), f"{len(seeds)} ({seeds[0]}–{seeds[-1]})",
@@ -410,24 +435,17 @@ def _table_html(header: list[str], body: list[list]) -> str:
 # ---------------------------------------------------------------- the page
 
 
-def html(root: Path, preset_name: str | None = None) -> str:
-    """The report for the tables under root (at preset_name where present, else the largest of each)."""
-    root = Path(root)
-    tables = chosen_tables(root, preset_name)
-    parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{_esc(root)}</code>, written "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Each card is one claim of the paper: its figure, "
-             "the measured one, and a verdict by the study's rules (README, “Verdict rules”).</p>"]  # fmt: skip
-    if not tables:
-        parts.append(f"<p>No experiment tables under <code>{_esc(root)}</code>: run <code>loopscope run e2 "
-                     "--preset cpu</code> first.</p>")  # fmt: skip
-    frames, figures, problems = {}, [], []
+def study_html(root: Path, tables: dict[str, str], prefix: str = "") -> list[str]:
+    """One study's claims, figures, provenance and commands ({experiment: preset}), headed `prefix` + Claims, ...:
+    the report's parts, the main study's and the GPU study's alike."""
+    frames, figures, problems, parts = {}, [], [], []
     for experiment, preset_name_ in tables.items():
         try:
-            frames[experiment] = pd.read_parquet(root / f"{experiment}-{preset_name_}.parquet")
+            frames[experiment] = pd.read_parquet(results.table_path(root, experiment, preset_name_))
         except Exception as e:
             problems.append(f"{experiment}-{preset_name_}.parquet could not be read ({type(e).__name__})")
     tables = {e: p for e, p in tables.items() if e in frames}
-    parts.append("<h2>Claims</h2>")
+    parts.append(f"<h2>{prefix}Claims</h2>")
     for experiment, preset_name_ in tables.items():
         rows = frames[experiment]
         found, rules, problem = claims(experiment, rows, preset_name_)
@@ -449,10 +467,11 @@ def html(root: Path, preset_name: str | None = None) -> str:
         parts.append(f'<div class="cards">{"".join(cards)}</div>')
     for problem in problems:
         parts.append(f'<p class="problem"><b>Problem:</b> {_esc(problem)}</p>')
-    parts.append("<h2>Figures</h2>")
+    parts.append(f"<h2>{prefix}Figures</h2>")
     for experiment, preset_name_ in tables.items():
+        how = {"root": root} if experiment == "e5" else {}  # E5's ladder spans its partner on the other device
         try:
-            figures += FIGURES[experiment](frames[experiment], preset_name_) if experiment in FIGURES else []
+            figures += FIGURES[experiment](frames[experiment], preset_name_, **how) if experiment in FIGURES else []
         except Exception as e:
             parts.append(f"<p class='problem'>{experiment}: figures could not be drawn ({_esc(type(e).__name__)}: "
                          f"{_esc(e)})</p>")  # fmt: skip
@@ -461,8 +480,42 @@ def html(root: Path, preset_name: str | None = None) -> str:
                      "</figcaption></figure>")  # fmt: skip
     if tables:
         header, body = provenance(root, tables, frames)
-        parts.append(f"<h2>Provenance</h2>{_table_html(header, body)}")
-        parts.append("<h2>Reproduce</h2><pre>" + _esc("\n".join(commands(tables, frames, root=root))) + "</pre>")
+        parts.append(f"<h2>{prefix}Provenance</h2>{_table_html(header, body)}")
+        parts.append(f"<h2>{prefix}Reproduce</h2><pre>" + _esc("\n".join(commands(tables, frames, root=root)))
+                     + "</pre>")  # fmt: skip
+    return parts
+
+
+GPU_STUDY = (
+    "The study at the paper's scale, run on a GPU (README, “The GPU study: predictions and rules, written before it "
+    "runs”): the second CPU study's parity on models up to the paper's 19M, E2 and E3 judged by the second CPU "
+    "study's rules, E5's ladder (its bridge rung also run on the CPU) and rescale surgery. Its runs and tables live in "
+    "a folder of their own under the results folder; the figures of E5's ladder mark each point's device."
+)
+
+
+def html(root: Path, preset_name: str | None = None) -> str:
+    """The report for the tables under root (at preset_name where present, else the largest of each outside the
+    studies with a folder of their own), then each of those (the GPU study) as its own section (own_studies)."""
+    root = Path(root)
+    tables, own = chosen_tables(root, preset_name), own_studies(root, preset_name)
+    parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{_esc(root)}</code>, written "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Each card is one claim of the paper: its figure, "
+             "the measured one, and a verdict by the study's rules (README, “Verdict rules”).</p>"]  # fmt: skip
+    if not tables and not own:
+        parts.append(f"<p>No experiment tables under <code>{_esc(root)}</code>: run <code>loopscope run e2 "
+                     "--preset cpu</code> first.</p>")  # fmt: skip
+    parts += study_html(root, tables) if tables else []
+    for study in own:
+        folder = results.study_root(root, study)
+        parts.append(f'<h2 id="study-{_esc(study)}">The GPU study (<code>{_esc(study)}</code>)</h2><p>{GPU_STUDY} '
+                     f"Folder: <code>{_esc(folder)}</code>.</p>")  # fmt: skip
+        made = results.study_provenance(root, study)
+        if made:
+            header = [*results.PROVENANCE, "runs"]
+            parts.append(f"<h3>{_esc(study)} · GPU provenance</h3>"
+                         + _table_html(header, [[r[h] for h in header] for r in made]))  # fmt: skip
+        parts += study_html(root, {e: study for e, p in catalog(root).items() if study in p}, f"{study} · ")
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>loopscope report</title>'
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip

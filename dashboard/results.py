@@ -26,7 +26,16 @@ if not st.runtime.exists():  # a command (loopscope report, --ship), not a serve
     logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
 
 TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
-SCALE_ORDER = ("paper", "cpu", "cpu-1layer", "smoke")  # the default: the largest (and newest) study present
+# the default: the largest study present that has an E2 table (default_study); the GPU study (the paper's scale, 19M
+# at its largest rung) before the CPU studies, its smoke-sized twin before `smoke`
+SCALE_ORDER = ("paper", "gpu", "cpu", "cpu-1layer", "gpu-smoke", "smoke")
+# Studies whose runs and tables live in a folder of their own under the results folder: engine.core.presets.OWN_FOLDER
+# (repeated here because that module imports torch, which the overview must not; tests/test_gpu_study_dashboard.py
+# checks that the two agree). Only these subfolders are read: never an arbitrary folder under the results folder.
+OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke"}
+# A GPU study's ladder continues a CPU study's, on the same task and budget T (README, "The GPU study": the bridge
+# rung runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
+LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu"}
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
 VERDICT_CODE = (  # the files whose code decides a cached verdict, this one included: their digest keys the cache
     ENGINE / "paper.py", ENGINE / "core/stats.py", ENGINE / "core/presets.py", ENGINE / "experiments/verdicts.py",
@@ -39,18 +48,46 @@ def results_root() -> Path:
     return Path(os.environ.get("LOOPSCOPE_RESULTS", "cached_results"))
 
 
+def study_root(root: Path, preset_name: str) -> Path:
+    """The store a study's runs and tables live in under the results folder (engine.core.presets.study_root)."""
+    return Path(root) / OWN_FOLDER[preset_name] if preset_name in OWN_FOLDER else Path(root)
+
+
+def table_path(root: Path, experiment: str, preset_name: str) -> Path:
+    """Where the engine writes the table of `experiment` at `preset_name`: in the study's own folder, if it has one."""
+    return study_root(root, preset_name) / f"{experiment}-{preset_name}.parquet"
+
+
+def device_of(preset_name: str) -> str:
+    """The device a study was designed for: the studies with a folder of their own are the GPU's."""
+    return "GPU" if preset_name in OWN_FOLDER else "CPU"
+
+
+def ladder_partners(preset_name: str) -> list[str]:
+    """The studies on the other device whose E5 ladder continues this one's (LADDER_PARTNER, read both ways)."""
+    return [LADDER_PARTNER[preset_name]] if preset_name in LADDER_PARTNER else [
+        gpu for gpu, cpu in LADDER_PARTNER.items() if cpu == preset_name]  # fmt: skip
+
+
 def tables_state(root: Path) -> tuple:
-    """(name, size, mtime) of every experiment table under root: the cache key that changes when they do."""
+    """(path relative to root, size, mtime) of every experiment table in root and in its studies' own folders
+    (OWN_FOLDER) where the engine writes it: the cache key that changes when they do."""
     if not root.is_dir():
         return ()
-    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in root.glob("e*-*.parquet")))
+    found = []
+    for folder in dict.fromkeys([Path(root), *(Path(root) / f for f in OWN_FOLDER.values())]):
+        for p in folder.glob("e*-*.parquet") if folder.is_dir() else ():
+            m = TABLE_NAME.match(p.name)
+            if m and table_path(root, m.group(1), m.group(2)) == p:  # e.g. no gpu table outside gpu/
+                found.append((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns))
+    return tuple(sorted(found))
 
 
 def catalog(root: Path | None = None) -> dict[str, list[str]]:
     """{experiment: the presets (scales) at which its table exists under root, largest first}."""
     found: dict[str, list[str]] = {}
     for name, *_ in tables_state(Path(root) if root is not None else results_root()):
-        if m := TABLE_NAME.match(name):
+        if m := TABLE_NAME.match(Path(name).name):
             found.setdefault(m.group(1), []).append(m.group(2))
     order = {n: i for i, n in enumerate(SCALE_ORDER)}
     return {e: sorted(p, key=lambda n: (order.get(n, len(order)), n)) for e, p in sorted(found.items())}
@@ -66,6 +103,61 @@ def studies(root: Path | None = None) -> list[str]:
     order = {n: i for i, n in enumerate(SCALE_ORDER)}
     found = {p for e, ps in catalog(root).items() if e != "e1" for p in ps}
     return sorted(found, key=lambda n: (order.get(n, len(order)), n))
+
+
+def default_study(root: Path | None = None) -> str | None:
+    """The study a reader sees first: the largest that has an E2 table (the paper's experiment, every claim card
+    of the overview's first section), else the largest present."""
+    found, with_e2 = studies(root), presets("e2", root)
+    return next((s for s in found if s in with_e2), found[0] if found else None)
+
+
+PROVENANCE = ("device", "GPU", "capability", "driver", "CUDA", "torch", "dtype policy")  # study_provenance's columns
+
+
+def study_provenance(root: Path, preset_name: str) -> list[dict]:
+    """Where a study's runs and refits were made, from their manifests (JSON only, no torch): one row per distinct
+    PROVENANCE (GPU fields from the manifest's `gpu` and `dtype_policy` where it has them, else "—") with `runs`,
+    the number of manifests, most first. Only a study with a folder of its own has runs of its own alone."""
+    folder = study_root(root, preset_name)
+    paths = sorted([*folder.glob("runs/*/manifest.json"), *folder.glob("refits/*/manifest.json")])
+    state = []
+    for path in paths:
+        try:
+            state.append((str(path), path.stat().st_mtime_ns))
+        except OSError:  # removed while listed
+            continue
+    return _provenance(tuple(state))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _provenance(state: tuple) -> list[dict]:
+    counts: dict[tuple, int] = {}
+    for path, _ in state:
+        try:
+            m = json.loads(Path(path).read_text())
+            gpu = m.get("gpu") if isinstance(m.get("gpu"), dict) else {}
+            torch = gpu.get("torch") or (m.get("versions") or {}).get("torch")
+            row = (m.get("device"), gpu.get("name"), gpu.get("capability"), gpu.get("driver"), gpu.get("cuda"), torch,
+                   m.get("dtype_policy"))  # fmt: skip
+        except (OSError, ValueError, AttributeError):
+            continue
+        row = tuple(str(v) if v not in (None, "") else "—" for v in row)
+        counts[row] = counts.get(row, 0) + 1
+    found = [dict(zip(PROVENANCE, row, strict=True), runs=n) for row, n in counts.items()]
+    return sorted(found, key=lambda r: -r["runs"])
+
+
+def provenance_text(rows: list[dict]) -> str:
+    """study_provenance's rows in one line for a reader: the GPU, its capability, driver, CUDA and torch, the dtype
+    policy, and how many runs; '' where there are none."""
+    parts = []
+    for r in rows:
+        gpu = (f"{r['GPU']} (compute capability {r['capability']}), driver {r['driver']}, CUDA {r['CUDA']}"
+               if r["GPU"] != "—" else r["device"])  # fmt: skip
+        policy = f"; dtype policy: {r['dtype policy']}" if r["dtype policy"] != "—" else ""
+        parts.append(f"{gpu}, torch {r['torch']}{policy} ({r['runs']} run{'s' if r['runs'] != 1 else ''})")
+    return "; ".join(parts)
 
 
 def _verdict_code() -> str:
@@ -202,19 +294,21 @@ def _shipped(path: Path, code: str) -> dict | None:
 
 
 def ship(root: Path) -> Path:
-    """Compute every table's verdicts under root afresh and write them to root/SHIPPED (atomically), so a
-    server on a fresh copy of the folder draws the overview without computing them; run when results ship."""
-    root, code, tables = Path(root), _verdict_code(), {}
+    """Compute every table's verdicts under root afresh and write them to SHIPPED beside the tables, atomically: root's
+    (returned), and a study's own folder's (OWN_FOLDER: each folder ships whole), so a server on a fresh copy of the
+    folder draws the overview without computing them; run when results ship."""
+    root, code = Path(root), _verdict_code()
+    folders: dict[Path, dict] = {root: {}}
     for experiment, names in catalog(root).items():
         for preset_name in names:
-            path = root / f"{experiment}-{preset_name}.parquet"
+            path = table_path(root, experiment, preset_name)
             found = _compute_claims(path, experiment, preset_name)
             if found["problems"]:
                 raise ValueError(f"{path.name}: {' '.join(found['problems'])}")
-            tables[path.name] = {"sha256": _sha256(path), "code": code, "found": found}
-    out = root / SHIPPED
-    _write_json(out, {"tables": tables}, indent=1, sort_keys=True)
-    return out
+            folders.setdefault(path.parent, {})[path.name] = {"sha256": _sha256(path), "code": code, "found": found}
+    for folder, tables in folders.items():
+        _write_json(folder / SHIPPED, {"tables": tables}, indent=1, sort_keys=True)
+    return root / SHIPPED
 
 
 def _write_json(path: Path, value, **how) -> None:
@@ -247,7 +341,7 @@ def _disk_claims(path: str, experiment: str, preset_name: str, state: tuple, cod
 
 
 def _table_key(root: Path, experiment: str, preset_name: str) -> tuple | None:
-    path = root / f"{experiment}-{preset_name}.parquet"
+    path = table_path(root, experiment, preset_name)
     if not path.is_file():
         return None
     return str(path.resolve()), experiment, preset_name, [path.stat().st_size, path.stat().st_mtime_ns]

@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # the overview imports this module: nothing heavy on its way 
 
 
 STUDY_HELP = (
-    "The tables found, largest study first. cpu: the second CPU study (held-out items, the README's verdict rules); "
-    "cpu-1layer: the first, an earlier design."
+    "The tables found, largest study first; the default is the largest with an E2 table. gpu: the study at the "
+    "paper's scale on a GPU (its own folder, gpu/: E2, E3 and E5's ladder and rescale surgery); cpu: the second CPU "
+    "study (held-out items, the README's verdict rules); cpu-1layer: the first, an earlier design."
 )
 
 
@@ -84,17 +85,25 @@ def toggle(label: str, key: str, default: bool = False, **kw) -> bool:
     return st.toggle(label, value=default, key=key, bind="query-params", **kw)
 
 
-def pick_study(options: Sequence[str], key: str = "preset") -> str | None:
-    """The study (preset) to show: a selector where there are several, else the only one (or None). One label
-    and help on every page, so the selector keeps its value (and its URL parameter) from page to page."""
+def pick_study(options: Sequence[str], key: str = "preset", having: Sequence[str] | None = None) -> str | None:
+    """The study (preset) to show: a selector where there are several, else the only one (or None); by default
+    dashboard.results.default_study where it is among `having` (the studies that have what the page shows; all
+    options unless given), else the first of them. One label and help on every page, so the selector keeps its
+    value (and its URL parameter) from page to page."""
+    having = list(options if having is None else having)
+    default = results.default_study()
+    default = default if default in having else having[0] if having else None
     if len(options) > 1:
-        return select("study (preset)", options, key, help=STUDY_HELP)
+        return select("study (preset)", options, key, default=default, help=STUDY_HELP)
     return options[0] if options else None
 
 
 def pick_preset(experiment: str, key: str = "preset") -> str | None:
-    """The study whose table of this experiment to show (pick_study over the presets it exists at)."""
-    return pick_study(results.presets(experiment), key)
+    """The study whose table of this experiment to show: the presets it exists at, then each study with a folder of
+    its own that lacks it (the GPU study runs no E4: the page says so rather than showing another study's table)."""
+    found = results.presets(experiment)
+    lacking = [s for s in results.studies() if s in results.OWN_FOLDER and s not in found]
+    return pick_study([*found, *lacking], key, having=found)
 
 
 def compare_root_widget() -> str:
@@ -121,10 +130,14 @@ def scale_note(table: data.Table) -> str:
     return f"`{table.experiment}-{table.preset}.parquet`: **{table.preset}** preset, {count} ({span})"
 
 
-def not_run_yet(what: str, command: str, problems: Sequence[str] = ()) -> None:
-    """The empty state: what is missing, why (if a file is damaged), and the command that makes it."""
+def not_run_yet(what: str, command: str | None, problems: Sequence[str] = ()) -> None:
+    """The empty state: what is missing, why (if a file is damaged), and the command that makes it (None: the
+    study does not run it, and `what` says so)."""
     for problem in problems:
         st.error(problem)
+    if command is None:
+        st.info(f"**Not part of this study.** {what}")
+        return
     state = "**Needs a rerun.**" if problems else "**Not run yet.**"
     st.info(f"{state} {what} Produce it with the command below, then reload this page.")
     st.code(command, language="bash")

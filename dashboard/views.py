@@ -56,6 +56,15 @@ def load(experiment: str, what: str, command: str) -> data.Table | None:
     if preset is None:
         ui.not_run_yet(f"{what} There is no `{experiment}-<preset>.parquet` under `{data.results_root()}`.", command)
         return None
+    if preset not in data.presets(experiment):  # a study with a folder of its own that does not run this experiment
+        others = " or ".join(f"`{p}`" for p in data.presets(experiment))
+        elsewhere = f" Choose {others} above to see it." if others else ""
+        ui.not_run_yet(
+            f"The `{preset}` study has no `{experiment}-{preset}.parquet`: {experiment.upper()} is not run at this "
+            f"study (README, “The GPU study”).{elsewhere}",
+            None,
+        )
+        return None
     table = data.table(experiment, preset)
     if table.rows is None:
         ui.not_run_yet(what, command, table.problems)

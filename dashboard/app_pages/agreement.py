@@ -48,85 +48,109 @@ if verdicts:
     st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
 
 
-st.header("1 · Train mode × run mode")
-specs = list(dict.fromkeys(at_scale.loc[at_scale["part"] == "effects", "train_loops"]))
 fixed = f"fixed:{T}"
-spec = ui.select("trained with", [fixed, *[x for x in specs if x != fixed]], "train_loops", help="fixed:T is E2's.")
-effects = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == spec)].sort_values("eval_loops")
-if effects.empty:
-    st.info(f"No seed pair of `{spec}` has all four cells (trained norm/none × run norm/none).")
-else:
-    chart, stats = charts.e5_effects(effects, T)
-    what = (
-        f"{task}, {level}{held}, trained `{spec}`. Per seed pair, with A(train, run) the accuracy: "
-        "R = ½[A(norm,none) + A(none,none) − A(norm,norm) − A(none,norm)], M = ½[A(none,norm) + A(none,none) − "
-        "A(norm,norm) − A(norm,none)], G = ½[A(norm,norm) + A(none,none) − A(norm,none) − A(none,norm)]: run as "
-        "trained minus run the other way (engine.experiments.e5.decompose). "
-    )
-    caption = charts.caption(int(stats["n"].min()), stats["ci_method"], None, what)
-    spec_name = spec.replace(":", "_")  # each training distribution its own file
-    title = f"Train × run effects · {context} · trained {spec}"
-    ui.figure(chart, effects, f"{name}-effects-{spec_name}", caption, title)
 
-st.header("2 · Training over a range of loop counts")
-acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])].sort_values("eval_loops")
-chosen = ui.some_of("distributions", list(dict.fromkeys(acc["train_loops"])), "dists")
-acc = acc[acc["train_loops"].isin(chosen)]
-if acc.empty:
-    st.info("Choose at least one distribution.")
-else:
-    chart, stats = charts.e5_range(acc, T)
-    what = (
-        f"{task}, {level}{held}: each model run as trained; colour: the training distribution, solid `norm`, "
-        "dashed `none`. Dashed rule: n = T of the fixed budget. "
+
+def part1() -> None:
+    """Part 1: each model run in both modes, the run-mode, train-mode and agreement effects per n."""
+    specs = list(dict.fromkeys(at_scale.loc[at_scale["part"] == "effects", "train_loops"]))
+    spec = ui.select("trained with", [fixed, *[x for x in specs if x != fixed]], "train_loops", help="fixed:T is E2's.")
+    effects = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == spec)].sort_values("eval_loops")
+    if effects.empty:
+        st.info(f"No seed pair of `{spec}` has all four cells (trained norm/none × run norm/none).")
+    else:
+        chart, stats = charts.e5_effects(effects, T)
+        what = (
+            f"{task}, {level}{held}, trained `{spec}`. Per seed pair, with A(train, run) the accuracy: "
+            "R = ½[A(norm,none) + A(none,none) − A(norm,norm) − A(none,norm)], M = ½[A(none,norm) + A(none,none) − "
+            "A(norm,norm) − A(norm,none)], G = ½[A(norm,norm) + A(none,none) − A(norm,none) − A(none,norm)]: run as "
+            "trained minus run the other way (engine.experiments.e5.decompose). "
+        )
+        caption = charts.caption(int(stats["n"].min()), stats["ci_method"], None, what)
+        spec_name = spec.replace(":", "_")  # each training distribution its own file
+        title = f"Train × run effects · {context} · trained {spec}"
+        ui.figure(chart, effects, f"{name}-effects-{spec_name}", caption, title)
+
+
+def part2() -> None:
+    """Part 2: both modes trained over a range of loop counts, each run as trained."""
+    acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])]
+    acc = acc.sort_values("eval_loops")
+    chosen = ui.some_of("distributions", list(dict.fromkeys(acc["train_loops"])), "dists")
+    acc = acc[acc["train_loops"].isin(chosen)]
+    if acc.empty:
+        st.info("Choose at least one distribution.")
+    else:
+        chart, stats = charts.e5_range(acc, T)
+        what = (
+            f"{task}, {level}{held}: each model run as trained; colour: the training distribution, solid `norm`, "
+            "dashed `none`. Dashed rule: n = T of the fixed budget. "
+        )
+        caption = charts.caption(int(stats["n"].min()), stats["ci_method"], charts.CHANCE, what)
+        dists = "_".join(c.replace(":", "_") for c in chosen)
+        title = f"Accuracy run as trained · {context} · trained {', '.join(chosen)}"
+        ui.figure(chart, acc, f"{name}-range-{dists}", caption, title)
+    gap = at_scale[(at_scale["part"] == "range") & at_scale["train_loops"].isin(chosen)]  # the pills choose rows too
+    gap = gap.sort_values(["train_loops", "eval_loops"])
+    st.dataframe(
+        gap[["train_loops", "eval_loops", "in_range", "mean", "ci_low", "ci_high", "n", "wilcoxon_p",
+             "wilcoxon_p_holm"]],
+        hide_index=True,
+        column_config={"train_loops": "trained with", "eval_loops": "n", "in_range": "in the trained range",
+                       "mean": st.column_config.NumberColumn("none − norm", format="%+.3f"),
+                       "ci_low": st.column_config.NumberColumn("95% CI low", format="%+.3f"),
+                       "ci_high": st.column_config.NumberColumn("95% CI high", format="%+.3f"), "n": "seed pairs",
+                       "wilcoxon_p": st.column_config.NumberColumn("Wilcoxon p", format="%.3g"),
+                       "wilcoxon_p_holm": st.column_config.NumberColumn("Holm p", format="%.3g")},
+    )  # fmt: skip
+    st.caption(
+        "none − norm of the same seed, each run as trained; in the trained range: drawn at ≥ "
+        f"{e5.IN_RANGE_SHARE:.0%} of training steps (e5.trained_range). Holm within each side of T."
     )
-    caption = charts.caption(int(stats["n"].min()), stats["ci_method"], charts.CHANCE, what)
-    dists = "_".join(c.replace(":", "_") for c in chosen)
-    title = f"Accuracy run as trained · {context} · trained {', '.join(chosen)}"
-    ui.figure(chart, acc, f"{name}-range-{dists}", caption, title)
-gap = at_scale[(at_scale["part"] == "range") & at_scale["train_loops"].isin(chosen)]  # the pills choose the rows too
-gap = gap.sort_values(["train_loops", "eval_loops"])
-st.dataframe(
-    gap[["train_loops", "eval_loops", "in_range", "mean", "ci_low", "ci_high", "n", "wilcoxon_p", "wilcoxon_p_holm"]],
-    hide_index=True,
-    column_config={"train_loops": "trained with", "eval_loops": "n", "in_range": "in the trained range",
-                   "mean": st.column_config.NumberColumn("none − norm", format="%+.3f"),
-                   "ci_low": st.column_config.NumberColumn("95% CI low", format="%+.3f"),
-                   "ci_high": st.column_config.NumberColumn("95% CI high", format="%+.3f"), "n": "seed pairs",
-                   "wilcoxon_p": st.column_config.NumberColumn("Wilcoxon p", format="%.3g"),
-                   "wilcoxon_p_holm": st.column_config.NumberColumn("Holm p", format="%.3g")},
-)  # fmt: skip
-st.caption(
-    "none − norm of the same seed, each run as trained; in the trained range: drawn at ≥ "
-    f"{e5.IN_RANGE_SHARE:.0%} of training steps (e5.trained_range). Holm within each side of T."
-)
+
+
+# a study may run only some parts (the GPU study: the ladder and the rescale surgery, norm-trained models only)
+not_here = (f"The `{table.preset}` study does not run it: its E5 is the ladder and the rescale surgery (README, “The "
+            "GPU study”); choose another study above for parts 1 and 2.")  # fmt: skip
+st.header("1 · Train mode × run mode")
+if (at_scale["part"] == "effects").any():
+    part1()
+else:
+    ui.not_run_yet(not_here, None)
+st.header("2 · Training over a range of loop counts")
+if (at_scale["train_loops"] != fixed).any():
+    part2()
+else:
+    ui.not_run_yet(not_here, None)
 
 st.header("3 · Where the surgery bites")
 ladder = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
-scales = ladder[["params", "train_steps"]].drop_duplicates()
-if len(scales) < 2:  # E2's own model alone: no ladder was trained for this task
+points = data.rungs(table.preset, task, level)  # this study's ladder and its partner's on the other device
+devices = points["device"].nunique()
+if len(ladder[["params", "train_steps"]].drop_duplicates()) < 2 and devices < 2:  # E2's own model alone, one device
     at = {int(r.eval_loops): f"{r.mean:+.3f}" for r in ladder.itertuples()}
     own = f" E2's model alone loses {at.get(T, '–')} at T and {at.get(3 * T, '–')} at 3T." if at else ""
     st.info(f"No ladder for {task} in this table (at `cpu` it covers parity only: e5.LADDER_TASKS).{own}")
 else:
-    points = ladder.assign(
-        series=[f"n = {n} ({'T' if n == T else '3T'})" for n in ladder["eval_loops"]],
-        steps=ladder["train_steps"].astype(int).astype(str),
-    )[["series", "params", "steps", "mean", "ci_low", "ci_high", "n"]]
+    points = points if devices > 1 else points.drop(columns=["device", "study"])
     what = (
         f"{task}, {level}{held}: accuracy lost when a norm-trained model is run without its norm (norm − norm→none "
         f"per seed, mean with its 95% bootstrap CI), at n = T and 3T, against parameters; dashed: the paper's "
         f"{paper.PAPER_PARAMS / 1e6:.0f}M. Reported, not judged."
     )
+    what += charts.devices_note(points, T)
     ladder_title = f"Surgery damage against scale · {context}"
     ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
 
 st.header("4 · The rescale surgery")
 rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)].sort_values("eval_loops")
 rescale = rescale[rescale["eval_loops"] >= T]
-if rescale.empty or rescale["mean"].isna().all():
-    st.info(f"No seed lost ≥ {paper.MIN_REFIT_GAP} to the surgery at this level: nothing to recover.")
-else:
+per_rung = data.rungs(table.preset, task, level, "rescale")  # at T and 3T, every rung of both devices that has it
+one_model = len(rescale[["params", "train_steps"]].drop_duplicates()) <= 1  # else per rung only (the GPU study)
+nothing = f"No seed lost ≥ {paper.MIN_REFIT_GAP} to the surgery at this level: nothing to recover."
+if one_model and (rescale.empty or rescale["mean"].isna().all()):
+    st.info(nothing)
+elif one_model:
     references = None
     if table.preset in results.presets("e3"):
         refit_level = data.e3_levels(data.table("e3", table.preset).rows, "recovery")[0]  # E3's stored mean
@@ -145,3 +169,17 @@ else:
     )
     caption = charts.point_caption(stats, None, what)  # damaged seeds vary by n
     ui.figure(chart, rescale, f"{name}-rescale", caption, f"Rescale surgery recovery · {context} · trained {fixed}")
+if len(per_rung[["params", "steps", "device"]].drop_duplicates()) < 2:
+    if not one_model:  # a study of rungs alone, none damaged
+        st.info(nothing)
+else:
+    per_rung = per_rung if per_rung["device"].nunique() > 1 else per_rung.drop(columns=["device", "study"])
+    what = (
+        f"{task}, {level}{held}: the rescale surgery's recovery per rung (mean with its 95% bootstrap CI over the "
+        f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP}), at n = T and 3T, against parameters; dashed: the paper's "
+        f"{paper.PAPER_PARAMS / 1e6:.0f}M. The README's rule per rung: agreement (scale) if the mean at T ≥ 0.5 with "
+        "its CI above 0.25."
+    )
+    what += charts.devices_note(per_rung, T)
+    chart = charts.ladder_chart(per_rung, paper.PAPER_PARAMS, "recovery (fraction regained)")
+    ui.figure(chart, per_rung, f"{name}-rescale-rungs", what, f"Rescale surgery recovery per rung · {context}")

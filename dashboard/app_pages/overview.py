@@ -77,6 +77,11 @@ STUDY_NOTES = {
     "cpu-1layer": "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
     "training (no held-out split), unpaired statistics, and a **parity-like control** for the chain (one ordered "
     "chain: the answer is the root bit XOR the parity of the `not`s). The second design (preset `cpu`) replaces it.",
+    "gpu": "The GPU study, at the paper's scale (README, “The GPU study”): the second CPU study's parity (held-out "
+    "lengths, T = 4) on the paper's 19M model, E2 and E3 with 16 seeds, and E5's ladder (412,288 parameters, the "
+    "bridge also run on the CPU, to 19M) with the rescale surgery on every rung; judged by the second CPU study's "
+    "rules, unchanged. No E4, no E5 parts 1–2. Its runs and tables live in `gpu/` under the results folder.",
+    "gpu-smoke": "The GPU study's structure at a size the CPU runs in seconds (dry runs and tests): not a result.",
     "cpu": "The second CPU study: held-out in-range items, two layers per block, verdicts by the README's rules "
     "under the paper's analysis and the paired one. Its chain is the ordered single chain, a **parity-like "
     "control**: no chain that needs retrieval by name trained at this size within the search budget (held-out "
@@ -93,10 +98,11 @@ def card(title: str, text: str, paper: str, measured: str, scale: str, verdict, 
             st.page_link(**link)
 
 
-def beyond_section(experiment: str, preset: str | None) -> None:
-    """E5's cards: per task and claim, the outcome its rules name at the held-out mean and the hardest held-out."""
+def beyond_section(experiment: str, preset: str | None, prefix: str = "") -> None:
+    """E5's cards: per task and claim, the outcome its rules name at the held-out mean and the hardest held-out.
+    prefix: before the title, where the section is another study's (gpu_study)."""
     spec = BEYOND[experiment]
-    st.header(spec["title"])
+    st.header(prefix + spec["title"])
     tables = results.presets(experiment)
     if not tables:  # its page appears with its table (dashboard/app.py): no link yet
         card(spec["card"], spec["text"], spec["paper"], f"not run yet: `{spec['command']}`", "—", None, None)
@@ -151,10 +157,11 @@ def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str
         st.page_link(**link)
 
 
-def section(experiment: str, preset: str | None) -> None:
-    """One experiment's cards at the chosen study (or the largest study that has its table)."""
+def section(experiment: str, preset: str | None, prefix: str = "") -> None:
+    """One experiment's cards at the chosen study (or the largest study that has its table). prefix: before the
+    title, where the section is another study's (gpu_study)."""
     spec = SECTIONS[experiment]
-    st.header(spec["title"])
+    st.header(prefix + spec["title"])
     link = {"page": spec["page"], "label": "Open the page", "icon": ":material/arrow_forward:"}
     tables = results.presets(experiment)
     if not tables:
@@ -166,7 +173,8 @@ def section(experiment: str, preset: str | None) -> None:
         return
     chosen = preset if preset in tables else tables[0]
     if chosen != preset and experiment != "e1":  # E1's tables are named by the probed model, not by a study
-        st.caption(f"No `{experiment}-{preset}.parquet`: showing the `{chosen}` table.")
+        why = f"{experiment.upper()} is not part of the `{preset}` study" if preset in results.OWN_FOLDER else ""
+        st.caption(f"No `{experiment}-{preset}.parquet`{f' ({why})' if why else ''}: showing the `{chosen}` table.")
     with st.spinner(f"Computing the {experiment} verdicts (once per change of the table)…"):
         found = results.claims(experiment, chosen)
     for problem in found["problems"]:
@@ -203,6 +211,30 @@ def section(experiment: str, preset: str | None) -> None:
                 card(title, c["text"], c["paper"], c["measured"], found["scale"], bool(c["reproduced"]), to)
 
 
+def study_note(study: str) -> None:
+    """The study's note and, for a study with a folder of its own, where its runs were made (the GPU, its driver,
+    CUDA and torch, the dtype policy: from the runs' manifests)."""
+    if study in STUDY_NOTES:
+        st.caption(STUDY_NOTES[study])
+    if study in results.OWN_FOLDER and (made := results.study_provenance(results.results_root(), study)):
+        st.caption(f"**Provenance** (the runs' manifests): {results.provenance_text(made)}.")
+
+
+def gpu_study(gpu: str) -> None:
+    """The GPU study's own section beside a CPU study: its note, provenance and cards, from its own tables only."""
+    st.divider()
+    st.header(f"The GPU study (`{gpu}`), beside it")
+    study_note(gpu)
+    st.page_link(PAGES / "overview.py", label=f"Show the `{gpu}` study alone", icon=":material/arrow_forward:",
+                 query_params={"study": gpu})  # fmt: skip
+    for experiment in SECTIONS:
+        if gpu in results.presets(experiment):
+            section(experiment, gpu, f"{gpu} · ")
+    for experiment in BEYOND:
+        if gpu in results.presets(experiment):
+            beyond_section(experiment, gpu, f"{gpu} · ")
+
+
 def report_html(study: str | None) -> bytes:
     """The static report, built on click (dashboard.report imports the engine: not on this page's way)."""
     from dashboard import report
@@ -229,9 +261,12 @@ if studies:
         help="One self-contained HTML page: these claim cards, every figure (SVG), provenance and the commands "
         "that reproduce it; the same page as `loopscope report --out DIR --preset STUDY`.",
     )
-if study in STUDY_NOTES:
-    st.caption(STUDY_NOTES[study])
+if study:
+    study_note(study)
 for experiment in SECTIONS:
     section(experiment, study)
 for experiment in BEYOND:
     beyond_section(experiment, study)
+if study not in results.OWN_FOLDER:  # a GPU study present: its own section below the CPU study's
+    for gpu in [s for s in studies if s in results.OWN_FOLDER][:1]:
+        gpu_study(gpu)

@@ -27,21 +27,39 @@ if table.empty:
     )
     st.stop()
 
+folders = list(dict.fromkeys(table["study"]))  # "" (the results folder), then each study's own folder (e.g. gpu)
+STUDIES = {"": "results folder"}  # the filter's label of the results folder's own runs
+if len(folders) > 1:  # a study with a folder of its own (the GPU study): its runs are listed as its own
+    names = [STUDIES.get(f, f) for f in folders]
+    chosen = ui.some_of("runs of", names, "studies", help="The results folder's runs, and those of each study kept "
+                        "in a folder of its own (the GPU study reruns a CPU config, the bridge rung, under the same "
+                        "run key).")  # fmt: skip
+    table = table[[STUDIES.get(f, f) in chosen for f in table["study"]]]
 experiments = sorted(e for e in table["experiment"].unique() if e)
 if len(experiments) > 1:
     chosen = ui.some_of("experiments", experiments, "experiments")
     table = table[table["experiment"].isin(chosen)]
-st.caption(f"{len(table)} runs under `{shown_path(data.results_root())}`: provenance from each run's manifest.json.")
+own = [f for f in folders if f]  # studies with a folder of their own that hold runs: a `study` column says whose
+where = f"`{shown_path(data.results_root())}`" + (f" ({', '.join(f'`{f}/`' for f in own)} included)" if own else "")
+st.caption(f"{len(table)} runs under {where}: provenance from each run's manifest.json.")
+shown = table.drop(columns=["run"] + ([] if own else ["study"]))
 st.dataframe(
-    table, hide_index=True, width="stretch", column_config={"final loss": st.column_config.NumberColumn(format="%.4g")}
+    shown, hide_index=True, width="stretch", column_config={"final loss": st.column_config.NumberColumn(format="%.4g")}
 )
 if table.empty:
     st.stop()
 
 st.header("One run")
-labels = {r.run_key: f"{r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}" for _, r in table.iterrows()}
-key = ui.select("run", list(labels), "run", help="The run key (a hash of the config and seed); see the table above.")
+labels = {
+    r.run: f"{r.study + ' · ' if r.study else ''}{r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
+    for _, r in table.iterrows()
+}
+key = ui.select(
+    "run", list(labels), "run", help="The run key (a hash of the config and seed), `<study>/<key>` for a run in a "
+    "study's own folder; see the table above."
+)  # fmt: skip
 st.markdown(f"`{key}`: {labels[key]}")
+folder, _, run_key = key.rpartition("/")  # folder: the study's own folder it is in ("": the results folder)
 manifest, rows, problem = data.run_detail(key)
 if problem:
     st.error(f"{redact(problem)}. `loopscope train` with its config redoes it.")
@@ -64,6 +82,9 @@ st.caption(
     f"commit {commit_text(manifest)}, "
     f"{manifest.get('device', '?')}, created {manifest.get('created', '?')}"
 )
+gpu = data.gpu_facts(manifest)
+if gpu:  # a GPU run: what its rounding rests on (engine.core.store.gpu_info) and how it trained
+    st.markdown("**GPU provenance**  \n" + "  \n".join(f"{what}: `{value}`" for what, value in gpu))
 for added in manifest.get("rows_added", []):  # evaluations added after training, each from its own commit
     st.caption(
         f"rows added {added.get('created', '?')}: {', '.join(f'`{b}`' for b in added.get('boundaries', []))} "
@@ -83,7 +104,7 @@ with curves_col:
             "One seed, no CI. Solid: evaluated in the trained mode; dashed: the other mode (the surgery). "
             f"Chance level {charts.CHANCE:g} (dotted) for accuracy: labels are exactly balanced."
         )
-        ui.figure(chart, picked, f"run-{key}-{metric}", caption)
+        ui.figure(chart, picked, f"run-{run_key}-{metric}", caption)
 with loss_col:
     st.subheader("Training loss")
     curve = data.loss_curve(manifest)
@@ -93,13 +114,13 @@ with loss_col:
         scale = charts.loss_scale(curve)
         caption = f"Subsampled every {max(1, int(manifest.get('steps') or 1) // 100)} steps; one seed; {scale} scale"
         caption += "." if scale == "log" else " (a loss of exactly 0 has no place on a log scale)."
-        ui.figure(charts.loss_chart(curve), curve, f"run-{key}-loss", caption)
+        ui.figure(charts.loss_chart(curve), curve, f"run-{run_key}-loss", caption)
 
 why_no_weights = weights_not_kept(manifest)
 if why_no_weights is not None:  # a state, not damage: the rows above are complete
     st.info(f"This run's weights are not kept here ({why_no_weights}), so it cannot be evaluated further; "
-            f"{how_to_get_weights(key)}.")  # fmt: skip
-elif not jobs.read_only():
+            f"{how_to_get_weights(run_key)}.")  # fmt: skip
+elif not jobs.read_only() and not folder:  # jobs run in the results folder's own store
     with st.expander("Evaluate at more loop counts", icon=":material/add_chart:"):
         have, cap = int(rows["eval_loops"].max()) if len(rows) else 0, jobs.caps()["max_loops"]
         left, right = st.columns(2)
