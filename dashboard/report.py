@@ -284,7 +284,7 @@ def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -
             cap = charts.caption(int(stats_["n"].min()), stats_["ci_method"], None, what)
             out.append((f"E5 · {task}: train × run effects ({level}, trained {fixed})", chart, cap))
         acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])]
-        if len(acc):
+        if (acc["train_loops"] != fixed).any():  # part 2 run (not at the GPU study: its rungs alone)
             chart, stats_ = charts.e5_range(acc.sort_values("eval_loops"), T)
             dists = ", ".join(dict.fromkeys(acc["train_loops"]))
             what = (
@@ -508,8 +508,9 @@ def html(root: Path, preset_name: str | None = None) -> str:
     parts += study_html(root, tables) if tables else []
     for study in own:
         folder = results.study_root(root, study)
-        parts.append(f'<h2 id="study-{_esc(study)}">The GPU study (<code>{_esc(study)}</code>)</h2><p>{GPU_STUDY} '
-                     f"Folder: <code>{_esc(folder)}</code>.</p>")  # fmt: skip
+        smoke = "" if study == "gpu" else " This one is its structure at a size the CPU runs in seconds: not a result."
+        parts.append(f'<h2 id="study-{_esc(study)}">The GPU study (<code>{_esc(study)}</code>)</h2><p>{GPU_STUDY}'
+                     f"{smoke} Folder: <code>{_esc(folder)}</code>.</p>")  # fmt: skip
         made = results.study_provenance(root, study)
         if made:
             header = [*results.PROVENANCE, "runs"]

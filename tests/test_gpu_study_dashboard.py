@@ -127,6 +127,7 @@ def test_the_overview_and_the_report_give_the_gpu_study_a_section(monkeypatch, r
     ):
         assert heading in page
     assert "NVIDIA H200" in page and "Markers by device" in page
+    assert "E5 · parity: accuracy per training distribution" not in page.split("gpu-smoke · Figures")[1]  # no part 2
     main, gpu = page.split('<h2 id="study-gpu-smoke">')
     assert "e2-cpu.parquet" in main and "e2-gpu-smoke.parquet" not in main and "e2-gpu-smoke.parquet" in gpu
     assert "loopscope run e2 --preset gpu-smoke --seeds 0-1 --tasks parity" in gpu
