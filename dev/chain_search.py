@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 
-from engine.core.evaluate import evaluate
 from engine.core.model import ModelConfig
 from engine.core.presets import RunConfig, TrainConfig
-from engine.core.tasks import VOCAB_SIZE, TaskConfig, split_of
-from engine.core.train import train_group
+from engine.core.tasks import VOCAB_SIZE, TaskConfig
+from engine.experiments.search import run_candidate
 
 OUT = Path(__file__).parent / "chain_search"
 BUDGET_S = 90 * 60
@@ -60,38 +59,6 @@ def slug(name: str) -> str:
     return name.split()[0]
 
 
-def run_candidate(name: str, run: RunConfig, rule: float = RULE, seeds=SEEDS, device: str = "cpu") -> dict:
-    """Train `seeds` norm-mode, score the mean accuracy at n = T over the held-out training difficulties."""
-    t0 = time.time()
-    result = train_group(run, list(seeds), device, progress=False)
-    rows = evaluate(result.model, run.task, run.max_eval_loops, "norm", progress=False)
-    acc = rows[rows.metric == "accuracy"]
-    at_t = acc[acc.eval_loops == run.model.trained_loops]
-    per_k = at_t.groupby("difficulty")["value"].mean()
-    scored = [d for d in run.task.train_difficulties if split_of(run.task, d) == "heldout"]
-    score = float(per_k.loc[scored].mean())
-    return {
-        "name": name,
-        "config": run.to_dict(),
-        "params": run.model.n_params,
-        "wall_s": round(time.time() - t0, 1),
-        "train_wall_s": round(result.wall_s, 1),
-        "device": result.device,
-        "dtype_policy": result.policy,
-        "final_loss": [round(float(v), 4) for v in result.losses[-1]],
-        "acc_at_T_by_k": {int(k): round(float(v), 4) for k, v in per_k.items()},
-        "acc_at_T_by_seed_k": {
-            f"{m}:{k}": round(float(v), 4) for (m, k), v in at_t.set_index(["member", "difficulty"])["value"].items()
-        },
-        "acc_by_n_hardest": {
-            int(n): round(float(v), 4)
-            for n, v in acc[acc.difficulty == max(scored)].groupby("eval_loops").value.mean().items()
-        },
-        "score": round(score, 4),
-        "qualifies": score >= rule,
-    }
-
-
 def lane(i: int, start: float) -> None:
     torch.set_num_threads(1)
     OUT.mkdir(exist_ok=True)
@@ -103,7 +70,7 @@ def lane(i: int, start: float) -> None:
         if path.exists():
             continue
         print(f"{time.strftime('%H:%M:%S')} start {name}", flush=True)
-        out = run_candidate(name, run)
+        out = run_candidate(name, run, RULE, SEEDS)
         path.write_text(json.dumps(out, indent=1))
         print(f"{time.strftime('%H:%M:%S')} done {name}: score {out['score']} in {out['wall_s']} s", flush=True)
 

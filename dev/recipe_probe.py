@@ -18,10 +18,10 @@ from dataclasses import replace
 import torch
 from chain_search import MODEL, OUT, TRAIN, cfg, run_candidate, slug
 
+from engine.core.presets import SECOND_STUDY_PARITY as PARITY
 from engine.core.tasks import TaskConfig
 
 RULE = 0.95
-PARITY = TaskConfig("parity", tuple(range(7, 13)), tuple(range(7, 17)), holdout=0.5, eval_examples=512)
 ORDERED = TaskConfig(
     "chain", (1, 2, 3, 4), tuple(range(1, 9)), chains=1, variables=12, order="ordered", holdout=0.5, eval_examples=512
 )

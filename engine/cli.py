@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.core.presets import PRESETS, RunConfig, preset
+from engine.core.presets import OWN_FOLDER, PRESETS, RunConfig, preset, study_root, tasks_of
 from engine.errors import UsageError, explain
 from engine.experiments import PAPER, REGISTRY, seeds_for, verdicts
 from engine.inputs import (  # noqa: F401  (MAX_SEED: read by the tests)
@@ -73,16 +73,35 @@ def device_of(args) -> str:
         raise UsageError(str(e)) from None
 
 
-def open_store(args):
-    """The results folder, once a real write there has worked (os.access says yes as root on /proc)."""
+def open_store(args, root: Path | None = None):
+    """The results folder (or `root`), once a real write there has worked (os.access says yes as root on /proc)."""
     from engine.core.store import Store
 
-    store = Store(results_dir(args))
+    store = Store(root or results_dir(args))
     try:
         store.check_writable()
     except PermissionError as e:
         raise UsageError(str(e)) from None
     return store
+
+
+def study_roots(args) -> list[Path]:
+    """The results folder and the studies' own folders under it that exist (the GPU study's <results>/gpu/)."""
+    root = results_dir(args)
+    return [root, *(root / f for f in dict.fromkeys(OWN_FOLDER.values()) if (root / f / "runs").is_dir())]
+
+
+def key_root(args, keys: list[str]) -> Path:
+    """The folder whose store holds every run of `keys`: the results folder, or else the one study folder under it
+    that holds them all (a key held in both is the results folder's: pass --results DIR/gpu for the other)."""
+    from engine.core.store import KEY
+
+    roots = study_roots(args)
+    if all(isinstance(k, str) and KEY.fullmatch(k) for k in keys):
+        for root in roots:
+            if all((root / "runs" / k).is_dir() for k in keys):
+                return root
+    return roots[0]
 
 
 def accuracy_table(rows: pd.DataFrame) -> str:
@@ -121,7 +140,7 @@ def cmd_train(args) -> int:
     seeds = parse_seeds(args.seeds)
     from engine.experiments.runs import ensure_runs
 
-    store = open_store(args)
+    store = open_store(args, None if args.config else study_root(results_dir(args), args.preset))
     if args.backend == "ray":
         device = ray_fan_out(args, [(cfg, seeds, "train")], store)
     else:
@@ -139,14 +158,15 @@ def cmd_eval(args) -> int:
 
     loops = parse_loops(args.loops)
     keys = list(dict.fromkeys(args.run_keys))  # a key given twice is evaluated once
-    cfg = check_runs(results_dir(args), keys)
+    root = key_root(args, keys)
+    cfg = check_runs(root, keys)
     if args.boundary == "rescale" and (cfg.model.boundary != "norm" or cfg.model.arch != "looped"):
         raise UsageError(
             f"the rescale surgery replaces the boundary norm of a norm-trained looped model, and {keys[0]} is a "
             f"{cfg.model.boundary}-trained {cfg.model.arch} run; pick a norm-trained looped run (loopscope list)."
         )
     device = device_of(args)
-    store = open_store(args)
+    store = open_store(args, root)
     if args.boundary == "rescale":  # E5's surgery: the run's stored per-step scalars, measured first if missing
         from engine.experiments.e5 import ensure_rescale
 
@@ -166,17 +186,20 @@ def cmd_run(args) -> int:
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
     seeds = parse_seeds(args.seeds)
-    tasks = [t.strip() for t in args.tasks.split(",")]
+    tasks = [t.strip() for t in args.tasks.split(",")] if args.tasks else list(tasks_of(args.preset))
     for module in modules:
         unknown = sorted(set(tasks) - set(module.TASKS))
         if unknown:
             raise UsageError(f"unknown task {unknown[0]!r} in --tasks; choose from {', '.join(module.TASKS)}.")
+    if set(tasks) - set(tasks_of(args.preset)):
+        raise UsageError(f"the {args.preset} preset defines {', '.join(tasks_of(args.preset))} only; pick --tasks "
+                         f"{','.join(tasks_of(args.preset))}.")  # fmt: skip
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be at least 1 and at most {MAX_WORKERS} (4 per core), got {args.workers}.")
     if args.workers > 1 and args.backend == "ray":
         raise UsageError("--workers is for the local backend; Ray places its tasks itself (drop --workers).")
     device = device_of(args)
-    store = open_store(args)
+    store = open_store(args, study_root(results_dir(args), args.preset))  # the GPU study: a folder of its own
     if args.backend != "ray":  # every training of every experiment asked for, before the first one starts
         units = [(cfg, seeds_for(name, args.preset, cfg, seeds))
                  for name in names for cfg, _ in REGISTRY[name].trainings(args.preset, tasks)]  # fmt: skip
@@ -259,11 +282,11 @@ def cmd_verify(args) -> int:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
     seeds = parse_seeds(args.seeds)
     units = [
-        cfg for cfg, _ in REGISTRY[args.experiment].trainings(args.preset, REGISTRY[args.experiment].TASKS)
+        cfg for cfg, _ in REGISTRY[args.experiment].trainings(args.preset, tasks_of(args.preset))
         if (args.task in (None, cfg.task.name)) and (args.boundary in (None, cfg.model.boundary))
         and (args.arch in (None, cfg.model.arch))
     ]  # fmt: skip
-    store = Store(results_dir(args))
+    store = Store(study_root(results_dir(args), args.preset))
     missing = [cfg.run_key(s) for cfg in units for s in seeds if store.status(cfg.run_key(s)) != "ok"]
     if not units or missing:
         raise UsageError(
@@ -288,7 +311,6 @@ def cmd_restore(args) -> int:
     from engine.core.store import Store, check_run_key, weights_not_kept
     from engine.experiments.runs import restore
 
-    store = Store(results_dir(args))
     if bool(args.run_keys) == bool(args.experiment):
         raise UsageError(
             "name runs (loopscope restore RUN_KEY...) or a study (--experiment e2 --preset cpu), one of them."
@@ -298,7 +320,8 @@ def cmd_restore(args) -> int:
             raise UsageError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}.")
         module = REGISTRY[args.experiment]
         seeds = parse_seeds(args.seeds) if args.seeds else None
-        cfgs = [cfg for cfg, _ in module.trainings(args.preset, module.TASKS)]
+        store = Store(study_root(results_dir(args), args.preset))
+        cfgs = [cfg for cfg, _ in module.trainings(args.preset, tasks_of(args.preset))]
         wanted = {cfg.run_key(s) for cfg in cfgs for s in seeds} if seeds else None
         keys = []
         for k in store.run_keys():
@@ -311,6 +334,7 @@ def cmd_restore(args) -> int:
             return 0
     else:
         keys = list(dict.fromkeys(args.run_keys))
+        store = Store(key_root(args, keys))
         for key in keys:
             try:
                 check_run_key(store.root, key)
@@ -318,7 +342,7 @@ def cmd_restore(args) -> int:
                 raise UsageError(str(e)) from None
             if store.status(key) != "ok":
                 raise UsageError(f"no valid run {key} under {store.root}; 'loopscope list' shows the cached runs.")
-    store = open_store(args)
+    store = open_store(args, store.root)
     weightless = [k for k in keys if weights_not_kept(store.manifest(k)) is not None]
     groups = {json.dumps([store.manifest(k)[f] for f in ("config", "group")], sort_keys=True) for k in weightless}
     device = device_of(args)
@@ -333,11 +357,12 @@ def cmd_restore(args) -> int:
 
 
 def cmd_list(args) -> int:
+    """Every run of the results folder, and of the studies' own folders under it (column `folder`)."""
     from engine.core.store import Store
 
-    store = Store(results_dir(args))
+    roots = study_roots(args)
     records = []
-    for key in store.run_keys():
+    for store, key in ((Store(r), key) for r in roots for key in Store(r).run_keys()):
         status = store.status(key)
         try:
             m = store.manifest(key)
@@ -346,6 +371,7 @@ def cmd_list(args) -> int:
         cfg = m.get("config", {})
         records.append(
             {
+                **({"folder": str(store.root.relative_to(roots[0]))} if len(roots) > 1 or args.json else {}),
                 "run_key": key,
                 "task": cfg.get("task", {}).get("name"),
                 "arch": "looped" if cfg.get("model", {}).get("tied", True) else "stacked",
@@ -372,9 +398,26 @@ def cmd_list(args) -> int:
         for r in records:
             r["weights"] = "not kept" if r["weights"].startswith("not kept") else r["weights"]
     if not records:
-        print(f"no runs under {store.root}; train some with 'loopscope train --preset smoke --seeds 2'.")
+        print(f"no runs under {roots[0]}; train some with 'loopscope train --preset smoke --seeds 2'.")
     else:
         print(pd.DataFrame(records).to_string(index=False))
+    return 0
+
+
+def cmd_merge(args) -> int:
+    """A pack of the GPU study (dev/gpu-study.sh) into the study's folder under the results folder."""
+    from engine.runtime.gpu_pack import merge
+
+    if not Path(args.pack).is_file():
+        raise UsageError(f"no pack {args.pack}; name the gpu-study-PIECE.tar.gz a GPU run brought back.")
+    try:
+        done = merge(Path(args.pack), results_dir(args))
+    except PermissionError as e:  # the results folder cannot be written: said before anything was merged
+        raise UsageError(str(e)) from None
+    tables = ", ".join(f"{name} ({rows:,} rows)" for name, rows in done["tables"].items()) or "none"
+    print(f"merged {args.pack} (piece {done['piece']}) into {done['into']}: {done['added']} runs or refits added, "
+          f"{done['extended']} extended; tables rebuilt: {tables}"
+          + (f"; chain search: {', '.join(done['chain_search'])}" if done["chain_search"] else "") + ".")  # fmt: skip
     return 0
 
 
@@ -486,7 +529,7 @@ def build_parser() -> Parser:
     p.add_argument("experiment", choices=[*REGISTRY, "all"], help=f"{titles}; all: {', '.join(PAPER)}")
     p.add_argument("--preset", default="cpu", help=f"one of {', '.join(PRESETS)} (default cpu)")
     p.add_argument("--seeds", default="16", help="a count (16 = seeds 0..15), a range or a list")
-    p.add_argument("--tasks", default="parity,chain", help="comma-separated tasks (default parity,chain)")
+    p.add_argument("--tasks", help="comma-separated tasks (default: the preset's, parity,chain; gpu: parity)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--backend", default="local", choices=["local", "ray"], help=BACKEND_HELP)
     p.add_argument(
@@ -550,6 +593,10 @@ def build_parser() -> Parser:
     p = sub.add_parser("list", parents=[common], help="list cached runs and their state")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("merge", parents=[common], help="merge a GPU study's pack (dev/gpu-study.sh) into the results")
+    p.add_argument("pack", help="gpu-study-PIECE.tar.gz, as a GPU run brought it back")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("check", help="run the implementation checks; exit 1 if any fails")
     p.add_argument("--json", action="store_true")

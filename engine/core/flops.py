@@ -42,3 +42,17 @@ def eval_flops(run: RunConfig, seeds: int, n_max: int | None = None) -> float:
     n = n_max or run.max_eval_loops
     sets = run.task.eval_difficulties
     return seeds * run.task.eval_examples * sum(forward_flops(run.model, seq_len(run.task, d), n, n) for d in sets)
+
+
+def refit_flops(run: RunConfig, targets, schedule, seeds: int) -> float:
+    """E3's refit of `targets` over `schedule` (refit steps with an evaluation), estimated: the head alone needs no
+    backward through the frozen loop (about a forward a step), a target with a layer of the loop a full backward
+    (about a training step); every scheduled step is one evaluation of the refit model, plus the original and the
+    model without the norm."""
+    steps, task = schedule[-1], run.task
+    per_step = sum(train_step_flops(run, seq_len(task, d)) for d in task.train_difficulties) / len(
+        task.train_difficulties
+    )
+    train = sum(steps * per_step / (3 if t == "head" else 1) for t in targets)
+    evals = (2 + len(targets) * (len(schedule) - 1)) * eval_flops(run, 1)
+    return seeds * (train + evals)

@@ -1,4 +1,4 @@
-"""Run configurations and the presets `smoke`, `cpu` and `paper`, each a plain function.
+"""Run configurations and the presets (smoke, cpu, cpu-1layer, paper, gpu, gpu-smoke), each a plain function.
 
 A run is (RunConfig, seed). The config is frozen, so it is its own cache key: `run_key` hashes
 the config together with the seed. A field added later is left out of the key while it has its
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
 from engine.core.limits import MAX_LOOPS, check_fields
 from engine.core.model import BOUNDARIES, ModelConfig
@@ -173,6 +174,12 @@ def smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
     return _make(t, model, train, boundary, arch)
 
 
+# The second CPU study's parity (and the GPU study's): lengths 7-12 trained, half of each held out, evaluated to 16
+SECOND_STUDY_PARITY = TaskConfig("parity", tuple(range(7, 13)), tuple(range(7, 17)), holdout=0.5, eval_examples=512)
+# The paper's model: 6 sandwich layers of width 512 looped 4 times, 19,024,384 parameters
+PAPER_MODEL = ModelConfig(VOCAB_SIZE, d_model=512, n_heads=8, d_ff=1376, layers_per_block=6, trained_loops=4)
+
+
 def cpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
     """The second CPU study (SPEC §7): held-out in-range items, two layers per block, T = 4, 16-seed groups.
 
@@ -181,7 +188,7 @@ def cpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> R
     name trained at this size within the search budget (dev/LOG.md, 2026-12-03). Recipe: dev/recipe_probe.py,
     chosen only on norm-trained held-out accuracy at n = T."""
     t = (
-        TaskConfig("parity", tuple(range(7, 13)), tuple(range(7, 17)), holdout=0.5, eval_examples=512)
+        SECOND_STUDY_PARITY
         if task == "parity"
         else TaskConfig(
             "chain", (1, 2, 3, 4), tuple(range(1, 9)), chains=1, variables=12, order="ordered", holdout=0.5,
@@ -211,7 +218,7 @@ def paper(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
         if task == "parity"
         else default_task("chain", 6, 3, chains=3, variables=32, order="layered", holdout=0.5, eval_examples=1024)
     )
-    model = ModelConfig(VOCAB_SIZE, d_model=512, n_heads=8, d_ff=1376, layers_per_block=6, trained_loops=4)
+    model = PAPER_MODEL
     # Every default group of 16 fits one 80 GB GPU (74.5 GiB). engine.core.memory's estimates on a GPU, calibrated on
     # an H200 to 1%: looped parity 64.5 GiB as it is; stacked parity 79.0, looped chain 228.0, stacked chain 240.1,
     # which keep only each layer's input for the backward (26.0, 22.3, 37.5 GiB; about a third more compute).
@@ -220,7 +227,64 @@ def paper(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
     return _make(t, model, train, boundary, arch)
 
 
-PRESETS = {"smoke": smoke, "cpu": cpu, "cpu-1layer": cpu_1layer, "paper": paper}
+# The GPU study's recipe candidates (README, "The GPU study: predictions and rules"), in the order the recipe probe
+# (dev/gpu_recipe.py) runs them on the 19M model; the group size is the caller's (the probe: seeds 0-3 as one group).
+GPU_RECIPES = {
+    "R1": TrainConfig(steps=2000, batch_size=64, lr=1e-3),  # the `cpu` recipe
+    "R2": TrainConfig(steps=2000, batch_size=64, lr=5e-4),
+    "R3": TrainConfig(steps=4000, batch_size=64, lr=5e-4),
+}
+# The recipe the `gpu` preset trains with. R1 until the probe has run: the README's rule decides (the first candidate
+# whose norm-trained held-out accuracy at n = T is >= 0.95, else the best, labelled "recipe below the bar"), and the
+# commit that changes this line cites the probe's numbers.
+GPU_RECIPE = "R1"
+
+
+def gpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """The GPU study (SPEC §9): the second CPU study's parity on the paper's 19M model, trained with the adopted
+    recipe (GPU_RECIPE), 16 seeds a group. Parity only: the chain enters the study only through its search.
+
+    engine.core.memory's estimates for a group of 16 on a GPU (batch 64, any of R1-R3): looped 17.7 GiB, stacked
+    32.9 GiB (76M parameters), so nothing is checkpointed (every group fits one 80 GB GPU; tested)."""
+    _only_parity("gpu", task)
+    return _make(SECOND_STUDY_PARITY, PAPER_MODEL, GPU_RECIPES[GPU_RECIPE], boundary, arch)
+
+
+def gpu_smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """The GPU study's structure at a size the CPU runs in seconds: dry runs of its pieces and tests only."""
+    _only_parity("gpu-smoke", task)
+    t = replace(SECOND_STUDY_PARITY, eval_examples=32)
+    model = ModelConfig(VOCAB_SIZE, d_model=32, n_heads=2, d_ff=96, layers_per_block=2, trained_loops=4)
+    train = TrainConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=5, group_size=4)
+    return _make(t, model, train, boundary, arch)
+
+
+def _only_parity(name: str, task: str) -> None:
+    if task != "parity":
+        raise ValueError(
+            f"the {name} preset trains parity only (the chain enters the GPU study only through its search); "
+            "pick --tasks parity."
+        )
+
+
+PRESETS = {
+    "smoke": smoke, "cpu": cpu, "cpu-1layer": cpu_1layer, "paper": paper, "gpu": gpu, "gpu-smoke": gpu_smoke,
+}  # fmt: skip
+TASKS_OF = {"gpu": ("parity",), "gpu-smoke": ("parity",)}  # presets that define only some tasks
+# Studies whose runs and tables live in a folder of their own under a results folder. The GPU study reruns on the GPU
+# configs a CPU study holds too (its bridge rung: the same config on both devices, so the same run key); in the
+# CPU's store it would take the CPU's runs for its own and compute nothing (dev/LOG.md, 2026-12-04).
+OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke"}
+
+
+def study_root(root, preset_name: str) -> Path:
+    """The store a preset's runs and tables live in, under the results folder `root`."""
+    return Path(root) / OWN_FOLDER[preset_name] if preset_name in OWN_FOLDER else Path(root)
+
+
+def tasks_of(preset_name: str) -> tuple[str, ...]:
+    """The tasks a preset defines."""
+    return TASKS_OF.get(preset_name, TASK_NAMES)
 
 
 def preset(name: str, task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:

@@ -46,6 +46,9 @@ REFIT = {
     "cpu": rf.RefitConfig(targets=("head", "head+last", "head+first"), schedule=(0, 50, 100, 200, 400, 800)),
     "cpu-1layer": rf.RefitConfig(schedule=(0, 50, 100, 200, 400, 800, 1600)),
     "paper": rf.RefitConfig(schedule=(0, 100, 200, 400, 800, 1600, 3200, 6400), lr=5e-4),
+    # the GPU study: the second CPU study's refit, its head and head + last layer (README, "The GPU study")
+    "gpu": rf.RefitConfig(targets=("head", "head+last"), schedule=(0, 50, 100, 200, 400, 800)),
+    "gpu-smoke": rf.RefitConfig(targets=("head", "head+last"), schedule=(0, 5, 10, 20), lr=3e-3),
 }
 
 

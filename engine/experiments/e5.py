@@ -1,14 +1,15 @@
 """E5, beyond the paper: agreement itself put to the test (SPEC §8; README, "E5 predictions").
 
-Four parts on the preset's models, one table `e5-<preset>`:
+Four parts on the preset's models, one table `e5-<preset>` (the GPU study runs parts 3 and 4 only: PARTS):
   1. train mode x run mode  every E2 model (fixed T) run in both modes at n = 1..3T: `norm`, `none`, `norm->none`
                             and the reverse surgery `none->norm` (cached in the E2 runs' folders).
   2. a range of loop counts both modes trained with the loop count drawn per step (train.loops: RANGE_SPECS,
                             uniform over 1..2T and a log-normal Poisson with mean T), the same seeds, both run modes.
   3. where the surgery bites a ladder of model scales (LADDER; width, layers per block, one longer training),
                             LADDER_SEEDS seeds each, norm-trained, run with and without the norm.
-  4. the rescale surgery    the norm-trained models of parts 1-2 run with the boundary norm replaced by fixed per-step
-                            scalars (`norm->rescale`; engine.core.model), measured once per run on training data
+  4. the rescale surgery    the norm-trained models of parts 1-2 (where a preset runs no part 1-2: every rung of the
+                            ladder) run with the boundary norm replaced by fixed per-step scalars (`norm->rescale`;
+                            engine.core.model), measured once per run on training data
                             (engine.core.evaluate.state_scales) and stored in its folder (`scales.safetensors`).
 
 The table has ROW_COLUMNS and, from each run's config, `train_loops` (the distribution by name, `fixed:T` for E2's
@@ -34,6 +35,7 @@ undecided, reported), and `reproduced` is whether it is "agreement", the paper's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -42,7 +44,7 @@ import pandas as pd
 from engine import paper
 from engine.core import stats
 from engine.core.model import BOUNDARIES
-from engine.core.presets import RunConfig, preset
+from engine.core.presets import RunConfig, preset, tasks_of
 from engine.core.store import ROW_COLUMNS, Store, file_of
 from engine.core.tasks import TASK_NAMES
 from engine.experiments.verdicts import HARDEST, MEAN, MIN_DAMAGED, levels
@@ -66,10 +68,21 @@ LADDER = {
             (64, 4, 176, 2, 2)),
     "paper": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (256, 8, 704, 6, 1), (384, 8, 1024, 6, 1),
               (512, 8, 1376, 6, 1), (512, 8, 1376, 6, 2)),
+    # the GPU study (README): 412,288 (the bridge: E5's largest `cpu` rung under the R1 recipe), 1,627,392,
+    # 5,342,592 parameters, and the preset's own 19,024,384 (E2's runs, seeds 0-3)
+    "gpu": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (384, 8, 1024, 3, 1), (512, 8, 1376, 6, 1)),
+    "gpu-smoke": ((16, 2, 48, 1, 1), (16, 2, 48, 2, 1), (24, 2, 64, 2, 1), (32, 2, 96, 2, 1)),
 }  # fmt: skip
 # The tasks a preset's ladder covers. `cpu`: parity only, a cost-only trim decided before E5 ran (dev/LOG.md,
 # 2026-12-03): the ladder is reported, not judged, and both tasks' rungs would add 1.4-2.1 h to E5's 3.5-5.3 h.
-LADDER_TASKS = {"cpu": ("parity",)}
+LADDER_TASKS = {"cpu": ("parity",), "gpu": ("parity",), "gpu-smoke": ("parity",)}
+# The parts a preset runs (all four unless named). The GPU study: the ladder and the rescale surgery on every rung;
+# parts 1-2 are not in its predictions and would cost far too much at 19M.
+PARTS = {"gpu": (3, 4), "gpu-smoke": (3, 4)}
+
+
+def parts(preset_name: str) -> tuple[int, ...]:
+    return PARTS.get(preset_name, (1, 2, 3, 4))
 
 
 def range_specs(T: int) -> tuple[str, ...]:
@@ -80,9 +93,9 @@ def range_specs(T: int) -> tuple[str, ...]:
 def ladder(preset_name: str, task: str) -> list[RunConfig]:
     """Part 3's norm-trained configs, smallest first (none for a task outside LADDER_TASKS). A rung that is the
     preset's own model is E2's config (its runs are reused); the others train LADDER_SEEDS seeds as one group."""
-    base = preset(preset_name, task, "norm")
-    if task not in LADDER_TASKS.get(preset_name, TASKS):
+    if task not in LADDER_TASKS.get(preset_name, TASKS) or 3 not in parts(preset_name):
         return []
+    base = preset(preset_name, task, "norm")
     out = []
     for d, heads, ff, layers, times in LADDER.get(preset_name, ()):
         model = replace(base.model, d_model=d, n_heads=heads, d_ff=ff, layers_per_block=layers)
@@ -94,14 +107,15 @@ def ladder(preset_name: str, task: str) -> list[RunConfig]:
 
 
 def trainings(preset_name: str, tasks=TASKS) -> list[tuple[RunConfig, str]]:
-    """Per task: E2's two configs (reused, or trained as E2's), part 2's, then the ladder's other rungs."""
-    out = []
-    for task in tasks:
+    """Per task: E2's two configs (reused, or trained as E2's), part 2's, then the ladder's other rungs; at a preset
+    without parts 1-2 (the GPU study) only the ladder, whose rung at the preset's own model is E2's config."""
+    out, run_parts = [], parts(preset_name)
+    for task in (t for t in tasks if t in tasks_of(preset_name)):
         fixed = [preset(preset_name, task, boundary) for boundary in BOUNDARIES]
         T = fixed[0].model.trained_loops
         ranged = [replace(cfg, train=replace(cfg.train, loops=spec)) for spec in range_specs(T) for cfg in fixed]
-        out += [(cfg, "e2") for cfg in fixed] + [(cfg, "e5") for cfg in ranged]
-        out += [(cfg, "e5") for cfg in ladder(preset_name, task) if cfg not in fixed]
+        out += [(cfg, "e2") for cfg in fixed if 1 in run_parts] + [(cfg, "e5") for cfg in ranged if 2 in run_parts]
+        out += [(cfg, "e2" if cfg in fixed else "e5") for cfg in ladder(preset_name, task) if (cfg, "e2") not in out]
     return out
 
 
@@ -111,26 +125,51 @@ def rungs(preset_name: str) -> list[RunConfig]:
 
 
 def seeds_for(preset_name: str, cfg: RunConfig, seeds) -> list[int]:
-    """The seeds a training of trainings() uses: the first LADDER_SEEDS for the ladder's own rungs, else all."""
-    return sorted(seeds)[:LADDER_SEEDS] if cfg in rungs(preset_name) else list(seeds)
+    """The seeds a training of trainings() uses: the first LADDER_SEEDS for the ladder's own rungs (at a preset
+    without parts 1-2, every rung, E2's model included), else all."""
+    ladder_only = 1 not in parts(preset_name) and 2 not in parts(preset_name)
+    return sorted(seeds)[:LADDER_SEEDS] if ladder_only or cfg in rungs(preset_name) else list(seeds)
+
+
+def rescaled(preset_name: str, cfg: RunConfig) -> bool:
+    """Whether part 4 runs on a config's models: the norm-trained models of parts 1-2, or, at a preset without
+    them (the GPU study), every rung of the ladder."""
+    if cfg.model.boundary != "norm" or 4 not in parts(preset_name):
+        return False
+    return cfg not in rungs(preset_name) if {1, 2} & set(parts(preset_name)) else True
+
+
+def ensure(preset_name: str, cfg: RunConfig, label: str, seeds, store: Store, device="cpu", progress=True) -> list[str]:
+    """One training of trainings(): train what is missing (`label` owns the runs), evaluate the models in the run
+    mode they were not trained in, and the rescale surgery where rescaled() says; return the run keys."""
+    from engine.experiments.runs import ensure_runs, ensure_surgery  # training code: only when running
+
+    keys = ensure_runs(cfg, seeds, store, label, device, progress=progress)
+    ensure_surgery(store, keys, cfg.max_eval_loops, "e5", device, progress, trained=cfg.model.boundary)
+    if rescaled(preset_name, cfg):
+        ensure_rescale(store, keys, cfg.max_eval_loops, device, progress)
+    return keys
 
 
 def run(
-    preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True
-) -> pd.DataFrame:
-    """Train what is missing, evaluate every model in the run mode it was not trained in, the rescale surgery on
-    parts 1-2's norm models; write the e5 table and return its rows."""
-    from engine.experiments.runs import collect, ensure_runs, ensure_surgery  # training code: only when running
+    preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True,
+    compute: Callable[[RunConfig], bool] | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """Train what is missing, evaluate every model in the run mode it was not trained in, the rescale surgery
+    (ensure); write the e5 table and return its rows. With `compute`, only the configs it picks are computed; the
+    others add the runs already stored (the GPU study's pieces, and a table rebuilt from a merged store)."""
+    from engine.experiments.runs import collect
 
     frames = []
     for cfg, label in trainings(preset_name, tasks):
-        keys = ensure_runs(cfg, seeds_for(preset_name, cfg, seeds), store, label, device, progress=progress)
-        ensure_surgery(store, keys, cfg.max_eval_loops, "e5", device, progress, trained=cfg.model.boundary)
-        if cfg.model.boundary == "norm" and cfg not in rungs(preset_name):  # parts 1-2
-            ensure_rescale(store, keys, cfg.max_eval_loops, device, progress)
+        wanted = seeds_for(preset_name, cfg, seeds)
+        if compute is None or compute(cfg):
+            keys = ensure(preset_name, cfg, label, wanted, store, device, progress)
+        else:
+            keys = [key for key in map(cfg.run_key, wanted) if store.status(key) == "ok"]
         extra = dict(train_loops=cfg.train_loops, params=cfg.model.n_params, train_steps=cfg.train.steps)
-        frames.append(collect(store, keys, "e5").assign(**extra))
-    rows = pd.concat(frames, ignore_index=True)
+        frames += [collect(store, keys, "e5").assign(**extra)] if keys else []
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     store.write_table(f"e5-{preset_name}", rows)
     return rows
 
@@ -363,16 +402,19 @@ def own_scale(s: pd.DataFrame) -> pd.DataFrame:
 
 def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dict]:
     """The README's E5 rules per task at levels (i) and (iii), on the preset's own scale (the models parts 1-2
-    train); the ladder is reported, not judged."""
+    train); the ladder is reported, not judged. A table of the ladder alone (the GPU study: parts 3 and 4) has no
+    part 1-2 claims and part 4's rule per rung."""
     out = []
     for (task, level), s in summary.groupby(["task", "level"], sort=True):
         T = int(s["trained_loops"].iloc[0])
         fixed = f"fixed:{T}"
         at_scale = own_scale(s)
+        ladder_only = s["part"].isin(["effects", "range"]).sum() == 0
         eff = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == fixed)]
-        found = [("train x run", "run as trained beats run the other way (the agreement effect G dominates)",
-                  "agreement: G > 0 and |G| > |R|, |M| on both sides of T; normalisation: |R| dominates beyond T",
-                  part1_outcome(eff))]  # fmt: skip
+        found = [] if ladder_only else [
+            ("train x run", "run as trained beats run the other way (the agreement effect G dominates)",
+             "agreement: G > 0 and |G| > |R|, |M| on both sides of T; normalisation: |R| dominates beyond T",
+             part1_outcome(eff))]  # fmt: skip
         ranged = at_scale[at_scale["part"] == "range"]
         for spec in sorted(set(ranged["train_loops"]) - {fixed}):
             inside = trained_range(spec, int(ranged["train_steps"].iloc[0]))
@@ -393,9 +435,11 @@ def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dic
                       ("reported", "; ".join(points) or "not run")))  # fmt: skip
         rec = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
         rec = rec[rec["eval_loops"] == T]
-        found.append(("rescale", "a fixed per-step rescale in place of the boundary norm recovers the surgery's loss",
-                      "agreement (scale): mean recovery at T >= 0.5, CI above 0.25; normalisation: CI below 0.25",
-                      part4_outcome(rec.iloc[0] if len(rec) else None)))  # fmt: skip
+        rule = "agreement (scale): mean recovery at T >= 0.5, CI above 0.25; normalisation: CI below 0.25"
+        text = "a fixed per-step rescale in place of the boundary norm recovers the surgery's loss"
+        for (params, _), r in rec.groupby(["params", "train_steps"]) if ladder_only else [((None, None), rec)]:
+            name = f"rescale {int(params):,} params" if ladder_only else "rescale"
+            found.append((name, text, rule, part4_outcome(r.iloc[0] if len(r) else None)))
         for name, text, predicted, (outcome, measured) in found:
             out.append(dict(task=task, level=level, claim=name, text=text, paper=predicted, measured=measured,
                             outcome=outcome, reproduced=outcome == "agreement", beyond_paper=True))  # fmt: skip
@@ -431,9 +475,11 @@ def format_summary(summary: pd.DataFrame) -> str:
             lines.append(f"  ladder {int(params):>9,} params, {int(steps)} steps: damage at T {d.loc[T, 'mean']:+.3f}, "
                          f"at 3T {d.loc[3 * T, 'mean']:+.3f} ({int(d['n'].max())} seeds)")  # fmt: skip
         rec = s[(s["part"] == "rescale") & s["eval_loops"].isin([T, 3 * T])]
-        for spec, g in rec.groupby("train_loops", sort=False):
+        scales = rec[["params", "train_steps"]].drop_duplicates()
+        for (spec, params, _), g in rec.groupby(["train_loops", "params", "train_steps"], sort=False):
             d = g.set_index("eval_loops")
-            lines.append(f"  rescale {spec:<15} recovery at T {d.loc[T, 'mean']:.3f} ({int(d.loc[T, 'n'])} damaged "
+            at = f"{spec:<15}" + (f" {int(params):>10,} params" if len(scales) > 1 else "")
+            lines.append(f"  rescale {at} recovery at T {d.loc[T, 'mean']:.3f} ({int(d.loc[T, 'n'])} damaged "
                          f"seeds), at 3T {d.loc[3 * T, 'mean']:.3f} ({int(d.loc[3 * T, 'n'])})")  # fmt: skip
     return "\n".join(lines)
 
