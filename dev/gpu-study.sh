@@ -28,7 +28,8 @@ fi
 limit=${GPU_STUDY_LIMIT:-450} budget=${GPU_STUDY_BUDGET:-300}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$HOME/.cache/loopscope/inductor}
 log="$OUT/gpu-study-$piece.log"
-{ date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null; nvidia-smi 2>/dev/null | head -15; } > "$log"
+{ date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null || echo "commit ${LOOPSCOPE_COMMIT:-unknown: no .git here and LOOPSCOPE_COMMIT unset} (no .git here)"
+  nvidia-smi 2>/dev/null | head -15; } > "$log"
 if [ "$piece" = recipe ]; then  # the recipe probe: R1-R3 on the 19M model (engine.core.presets.GPU_RECIPES)
   timeout "$limit" python3 -u dev/gpu_recipe.py --out "$OUT" --device "$device" --size "$size" --budget "$budget" \
     >> "$log" 2>&1

@@ -161,3 +161,20 @@ def test_the_gpu_presets_refuse_the_chain_and_store_in_their_own_folder(tmp_path
     assert "defines parity only; pick --tasks parity" in capsys.readouterr().err
     assert cli.main(["train", "--preset", SMOKE, "--seeds", "1", "--results", str(tmp_path), "--device", "cpu"]) == 0
     assert len(Store(tmp_path / SMOKE).run_keys()) == 4 and Store(tmp_path).run_keys() == []  # a whole group of 4
+
+
+def test_a_tree_without_git_records_the_commit_it_was_sent_from(monkeypatch, tmp_path):
+    """The GPU machine gets a copy of the tree without .git: manifests take the commit from $LOOPSCOPE_COMMIT."""
+    from engine.core import store
+
+    checkout = store.REPO
+    monkeypatch.setattr(store, "REPO", tmp_path)  # a copy of the tree: no .git
+    monkeypatch.setenv("LOOPSCOPE_COMMIT", "0123abcd" * 5)
+    assert store.git_state() == ("0123abcd" * 5, False)
+    monkeypatch.setenv("LOOPSCOPE_DIRTY", "1")
+    assert store.git_state() == ("0123abcd" * 5, True)
+    monkeypatch.delenv("LOOPSCOPE_COMMIT")
+    assert store.git_state()[0] == ""  # nothing to say: no commit recorded
+    monkeypatch.setattr(store, "REPO", checkout)
+    monkeypatch.setenv("LOOPSCOPE_COMMIT", "ignored")  # a checkout: git itself says
+    assert store.git_state()[0] not in ("ignored", "")
