@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, results
 from dashboard.results import OWN_FOLDER, catalog, presets, results_root, table_path, tables_state  # noqa: F401
 from engine.core import stats
 from engine.core.presets import train_ranges
@@ -553,6 +553,21 @@ def _e5_summary(preset_name: str, state: tuple) -> tuple[pd.DataFrame | None, st
 def e5_summary(preset_name: str) -> tuple[pd.DataFrame | None, str | None]:
     """engine.experiments.e5.summarize of the table: every estimate of the four parts, the table the claims read."""
     return _e5_summary(preset_name, tables_state(results_root()))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _ladder_rules(preset_name: str, partner: str | None, state: tuple) -> pd.DataFrame:
+    from engine.experiments import ladder
+
+    tables = {results.device_of(p).lower(): _engine_rows("e5", p) for p in (preset_name, partner) if p}
+    return pd.DataFrame(ladder.rules(tables.get("cpu"), tables.get("gpu")))
+
+
+def ladder_rules(preset_name: str) -> pd.DataFrame:
+    """engine.experiments.ladder.rules over this study's E5 ladder and its partner's on the other device: the GPU
+    study's trend, collapse per rung and the bridge (claims' columns), cached on the tables' state."""
+    partner = next((p for p in results.ladder_partners(preset_name) if p in presets("e5")), None)
+    return _ladder_rules(preset_name, partner, tables_state(results_root()))
 
 
 def rungs(preset_name: str, task: str, level: str, part: str = "ladder") -> pd.DataFrame:

@@ -494,6 +494,24 @@ GPU_STUDY = (
 )
 
 
+def ladder_rules_html(root: Path, study: str) -> list[str]:
+    """The GPU study's rules over both devices' ladders (engine.experiments.ladder.rules) as a table, where the
+    study has an E5 table (its partner's on the CPU read beside it where root holds one)."""
+    from engine.experiments import ladder
+
+    found = catalog(root).get("e5", [])
+    if study not in found:
+        return []
+    partner = next((p for p in results.ladder_partners(study) if p in found), None)
+    tables = {results.device_of(p).lower(): pd.read_parquet(results.table_path(root, "e5", p))
+              for p in (study, partner) if p}  # fmt: skip
+    rules = ladder.rules(tables.get("cpu"), tables.get("gpu"))
+    return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run (README, "
+            "“The GPU study: predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
+            f"seeds.</p>" + _table_html(["claim", "outcome", "measured"],
+                                        [[r["claim"], r["outcome"], r["measured"]] for r in rules])]  # fmt: skip
+
+
 def html(root: Path, preset_name: str | None = None) -> str:
     """The report for the tables under root (at preset_name where present, else the largest of each outside the
     studies with a folder of their own), then each of those (the GPU study) as its own section (own_studies)."""
@@ -517,6 +535,7 @@ def html(root: Path, preset_name: str | None = None) -> str:
             parts.append(f"<h3>{_esc(study)} · GPU provenance</h3>"
                          + _table_html(header, [[r[h] for h in header] for r in made]))  # fmt: skip
         parts += study_html(root, {e: study for e, p in catalog(root).items() if study in p}, f"{study} · ")
+        parts += ladder_rules_html(root, study)
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>loopscope report</title>'
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip

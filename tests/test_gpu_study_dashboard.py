@@ -94,6 +94,11 @@ def test_each_page_draws_the_gpu_study(monkeypatch, root):
     assert {p["study"] for p in points if p["device"] == "GPU"} == {"gpu-smoke"}
     assert any(p["params"] == 412_288 and p["device"] == "CPU" for p in points)  # the bridge rung's CPU side
     assert any("Markers by device" in c.value for c in at.caption)
+    rules = next(d.value for d in at.dataframe if "claim" in d.value.columns)  # engine.experiments.ladder.rules
+    claims = dict(zip(rules["claim"], rules["outcome"], strict=True))
+    assert claims["ladder trend at n=4"] in ("grows", "shrinks", "flat") and "ladder trend at n=12" in claims
+    assert any(c.startswith("collapse ") and c.endswith("(gpu)") for c in claims)
+    assert any(c.startswith("collapse 412,288 params (cpu)") for c in claims)
     at = render(monkeypatch, root, "agreement", preset="cpu", task="parity")  # the CPU ladder spans the GPU's too
     assert any("GPU: `gpu-smoke`" in c.value for c in at.caption)
 
@@ -124,8 +129,11 @@ def test_the_overview_and_the_report_give_the_gpu_study_a_section(monkeypatch, r
         "gpu-smoke · Figures",
         "gpu-smoke · Provenance",
         "gpu-smoke · GPU provenance",
+        "gpu-smoke · the rules over both devices' ladders",
     ):
         assert heading in page
+    rules = page.split("the rules over both devices' ladders")[1]
+    assert "ladder trend at n=4" in rules and "collapse 412,288 params (cpu)" in rules
     assert "NVIDIA H200" in page and "Markers by device" in page
     assert "E5 · parity: accuracy per training distribution" not in page.split("gpu-smoke · Figures")[1]  # no part 2
     main, gpu = page.split('<h2 id="study-gpu-smoke">')

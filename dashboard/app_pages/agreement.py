@@ -141,6 +141,19 @@ else:
     what += charts.devices_note(points, T)
     ladder_title = f"Surgery damage against scale · {context}"
     ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
+gpu_ladder = results.device_of(table.preset) == "GPU" or any(
+    p in results.presets("e5") for p in results.ladder_partners(table.preset)
+)
+if task == "parity" and gpu_ladder:  # the GPU study's rules read both devices' ladders (engine.experiments.ladder)
+    st.subheader("The GPU study's rules over both devices")
+    st.caption(
+        "Written before any GPU run (README, “The GPU study: predictions and rules”): the slope of per-seed damage "
+        "against log10(parameters) over every rung, its 95% CI from a bootstrap that resamples seeds 0–3 jointly "
+        "across rungs (grows above 0, shrinks below, flat otherwise; the bridge counted once, with the CPU's "
+        "seeds); collapse per rung by E2 (d)'s criteria at n = T, the median seed deciding; the bridge's GPU "
+        "seeds against the CPU's (Mann–Whitney per n; reported, not judged). Held-out mean."
+    )
+    st.dataframe(data.ladder_rules(table.preset)[["claim", "outcome", "measured"]], hide_index=True)
 
 st.header("4 · The rescale surgery")
 rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)].sort_values("eval_loops")

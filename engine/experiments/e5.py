@@ -57,6 +57,7 @@ CELLS = {label: (label.split("->")[0], label.split("->")[-1]) for label in ("nor
 EFFECTS = ("run", "train", "agreement")
 LEVELS = (MEAN, HARDEST)
 LADDER_SEEDS = 4
+RUNG_MIN_DAMAGED = 3  # the GPU study's rescale rule per rung: undecided unless 3 of its 4 seeds were damaged (README)
 IN_RANGE_SHARE = 0.01  # a loop count is inside a distribution's trained range if drawn at >= 1% of the steps
 SMALL_GAP = 0.02  # part 2: |mean d| below this counts as closed
 SCALES = "scales.safetensors"  # a run's rescale scalars, beside its weights
@@ -381,10 +382,11 @@ def part2_outcome(ranged: pd.DataFrame, fixed: pd.DataFrame, inside: set[int]) -
     )
 
 
-def part4_outcome(r: pd.Series | None) -> tuple[str, str]:
+def part4_outcome(r: pd.Series | None, least: int = MIN_DAMAGED) -> tuple[str, str]:
     """Part 4 at n = T for one task and level: *agreement (scale)* if the mean recovery >= 0.5 with its CI above
-    0.25; *normalisation* if the CI lies below 0.25; otherwise *mixed*; undecided with < MIN_DAMAGED seeds."""
-    if r is None or r["n"] < MIN_DAMAGED or not np.isfinite(r["mean"]):
+    0.25; *normalisation* if the CI lies below 0.25; otherwise *mixed*; undecided with < `least` damaged seeds
+    (MIN_DAMAGED of E5's 16; a rung of the GPU study's ladder: RUNG_MIN_DAMAGED of its 4, the README's rule)."""
+    if r is None or r["n"] < least or not np.isfinite(r["mean"]):
         n = 0 if r is None else int(r["n"])
         return "undecided", f"undecided: only {n} seeds lost >= {paper.MIN_REFIT_GAP} to the surgery"
     measured = f"recovery {r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] over {int(r['n'])} damaged seeds"
@@ -439,7 +441,8 @@ def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dic
         text = "a fixed per-step rescale in place of the boundary norm recovers the surgery's loss"
         for (params, _), r in rec.groupby(["params", "train_steps"]) if ladder_only else [((None, None), rec)]:
             name = f"rescale {int(params):,} params" if ladder_only else "rescale"
-            found.append((name, text, rule, part4_outcome(r.iloc[0] if len(r) else None)))
+            least = RUNG_MIN_DAMAGED if ladder_only else MIN_DAMAGED
+            found.append((name, text, rule, part4_outcome(r.iloc[0] if len(r) else None, least)))
         for name, text, predicted, (outcome, measured) in found:
             out.append(dict(task=task, level=level, claim=name, text=text, paper=predicted, measured=measured,
                             outcome=outcome, reproduced=outcome == "agreement", beyond_paper=True))  # fmt: skip

@@ -1,0 +1,161 @@
+"""The GPU study's rules that read the ladder of both devices at once (README, "The GPU study: predictions and rules",
+committed before any GPU run; SPEC §9): E5's `cpu` ladder (16k-412k parameters, on the CPU) continued by the `gpu`
+study's (412k-19M, on a GPU), parity, norm-trained, seeds 0-3 at every rung, the same training length.
+
+  trend     the slope b of per-seed damage (accuracy of `norm` minus `norm->none`, held-out mean) against
+            log10(parameters), OLS over the (rung, seed) points of every rung, at T and at 3T; its 95% CI by a
+            bootstrap that resamples the seeds jointly across rungs (a resampled seed brings its points at every
+            rung). *grows* if the CI lies above 0, *shrinks* if below, *flat* otherwise. Each rung counts once: the
+            bridge (the rung both devices ran) enters with the CPU's seeds, the rung's first measurement; the GPU's
+            enter the bridge comparison.
+  collapse  per rung, E2 (d)'s criteria at n = T on `norm->none`: accuracy <= 0.55, top-token share >= 0.9, the
+            state norm's max/min over steps 1..T <= 3; each per seed, then the median over seeds decides, the seed
+            furthest from collapse on each criterion beside it.
+  bridge    not a claim: per label and n, the Mann-Whitney p of the GPU's seeds against the CPU's at the bridge.
+
+The rescale recovery per rung is E5 part 4's rule on each rung (engine.experiments.e5.claims, ladder-only tables).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engine import paper
+from engine.core import stats
+from engine.experiments.verdicts import MEAN, levels, norm_ratios
+
+SEEDS = (0, 1, 2, 3)  # the same seeds at every rung (E5's LADDER_SEEDS)
+RESAMPLES = 2000  # 4 seeds have 35 distinct resamples: 2,000 draws settle the quantiles
+LABELS = ("norm", "norm->none", "norm->rescale")
+
+
+def ladder_rows(rows: pd.DataFrame, device: str) -> pd.DataFrame:
+    """One device's ladder from an E5 table: looped parity, fixed-T norm-trained models (and their surgeries) at the
+    table's shortest training (the ladder's common length: E5's `cpu` ladder also has one longer-trained rung),
+    seeds 0-3, with a `device` column."""
+    r = rows[(rows["task"] == "parity") & (rows["arch"] == "looped") & rows["seed"].isin(SEEDS)]
+    r = r[r["train_loops"].str.startswith("fixed:") & r["boundary"].isin(LABELS)]
+    return r[r["train_steps"] == r["train_steps"].min()].assign(device=device)
+
+
+def seed_values(ladder: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Per device, rung (params), seed, label and n: the held-out mean of `metric`."""
+    out = []
+    for (device, params), g in ladder.groupby(["device", "params"]):
+        lv = levels(g)
+        lv = lv[(lv["level"] == MEAN) & (lv["metric"] == metric)]
+        out.append(lv.assign(device=device, params=params))
+    cols = ["device", "params", "seed", "boundary", "trained_loops", "eval_loops", "value"]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def damage_points(acc: pd.DataFrame, n: int) -> pd.DataFrame:
+    """(params, seed, damage) at n: each rung once, the CPU's seeds where both devices ran it."""
+    at = acc[acc["eval_loops"] == n]
+    wide = at.pivot_table(index=["device", "params", "seed"], columns="boundary", values="value").reset_index()
+    if not {"norm", "norm->none"} <= set(wide.columns):
+        return pd.DataFrame(columns=["params", "seed", "damage"])
+    wide["damage"] = wide["norm"] - wide["norm->none"]
+    wide = wide.dropna(subset=["damage"])
+    on_cpu = set(wide.loc[wide["device"] == "cpu", "params"])
+    keep = (wide["device"] == "cpu") | ~wide["params"].isin(on_cpu)
+    return wide.loc[keep, ["params", "seed", "damage"]].reset_index(drop=True)
+
+
+def slope(points: pd.DataFrame) -> float:
+    x, y = np.log10(points["params"].to_numpy(dtype=float)), points["damage"].to_numpy(dtype=float)
+    if len(np.unique(x)) < 2:
+        return float("nan")
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def trend(points: pd.DataFrame, resamples: int = RESAMPLES, rng_seed: int = 0) -> dict:
+    """The slope of damage against log10(parameters) with its seed-bootstrap CI, and the rule's outcome."""
+    seeds = sorted(points["seed"].unique())
+    b = slope(points)
+    rng = np.random.default_rng(rng_seed)
+    by_seed = {s: points[points["seed"] == s] for s in seeds}
+    draws = [slope(pd.concat([by_seed[s] for s in rng.choice(seeds, len(seeds))])) for _ in range(resamples)]
+    draws = np.asarray([d for d in draws if np.isfinite(d)])
+    low, high = np.quantile(draws, [0.025, 0.975]) if len(draws) else (np.nan, np.nan)
+    outcome = "grows" if low > 0 else "shrinks" if high < 0 else "flat"
+    if not np.isfinite(b) or len(seeds) < 2:
+        outcome = "undecided"
+    return dict(slope=b, ci_low=float(low), ci_high=float(high), outcome=outcome, seeds=len(seeds),
+                rungs=int(points["params"].nunique()), low=int(points["params"].min()) if len(points) else 0,
+                high=int(points["params"].max()) if len(points) else 0)  # fmt: skip
+
+
+def collapse(ladder: pd.DataFrame) -> pd.DataFrame:
+    """Per device and rung, E2 (d)'s criteria at n = T on norm->none: the per-seed values, their medians, the seed
+    furthest from collapse on each, and whether the medians meet all three."""
+    out = []
+    for (device, params), g in ladder.groupby(["device", "params"]):
+        T = int(g["trained_loops"].iloc[0])
+        cut = levels(g[g["boundary"] == "norm->none"])
+        cut = cut[cut["level"] == MEAN]
+        at_t = cut[cut["eval_loops"] == T].groupby(["metric", "seed"])["value"].mean()
+        acc, share = (at_t[m] if m in at_t.index else pd.Series(dtype=float) for m in ("accuracy", "top_token_share"))
+        ratio = norm_ratios(cut, T)
+        if acc.empty:
+            continue
+        med = dict(accuracy=acc.median(), top_token_share=share.median(), norm_ratio=ratio.median())
+        out.append(dict(
+            device=device, params=int(params), seeds=len(acc), **med,
+            worst_accuracy=acc.max(), worst_share=share.min(), worst_ratio=ratio.max(),
+            collapsed=bool(med["accuracy"] <= paper.SURGERY_COLLAPSE_ACCURACY
+                           and med["top_token_share"] >= paper.SURGERY_ONE_TOKEN_SHARE
+                           and med["norm_ratio"] <= paper.SURGERY_NORM_BOUND),
+        ))  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def bridge(acc: pd.DataFrame) -> pd.DataFrame:
+    """Per label and n at the rung(s) both devices ran: each device's mean and the Mann-Whitney p between them."""
+    both = set(acc.loc[acc["device"] == "cpu", "params"]) & set(acc.loc[acc["device"] == "gpu", "params"])
+    out = []
+    for (params, label, n), g in acc[acc["params"].isin(both)].groupby(["params", "boundary", "eval_loops"]):
+        cpu, gpu = (g.loc[g["device"] == d, "value"].to_numpy(dtype=float) for d in ("cpu", "gpu"))
+        if len(cpu) and len(gpu):
+            out.append(dict(params=int(params), boundary=label, eval_loops=int(n), cpu_mean=cpu.mean(),
+                            gpu_mean=gpu.mean(), mann_whitney_p=stats.mann_whitney_p(gpu, cpu)))  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[dict]:
+    """The README's cross-device rules as claims (e5.claims' fields): the trend at T and 3T, collapse per rung, the
+    bridge (reported). Either table may be missing: what it needs is then "not run"."""
+    frames = [ladder_rows(t, d) for t, d in ((cpu_e5, "cpu"), (gpu_e5, "gpu")) if t is not None and len(t)]
+    ladder = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    claim = dict(task="parity", level=MEAN, beyond_paper=True, reproduced=False)
+    if ladder.empty:
+        return [claim | dict(claim="ladder trend", text="", paper="", measured="not run", outcome="not run")]
+    T = int(ladder["trained_loops"].iloc[0])
+    acc = seed_values(ladder)
+    out = []
+    for n in (T, 3 * T):
+        t = trend(damage_points(acc, n))
+        measured = (f"b = {t['slope']:+.3f} per decade [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] over {t['rungs']} "
+                    f"rungs ({t['low']:,}-{t['high']:,} parameters), {t['seeds']} seeds")  # fmt: skip
+        out.append(claim | dict(
+            claim=f"ladder trend at n={n}", text="the surgery's damage against log10(parameters), 16k-19M",
+            paper="normalisation: grows (CI above 0); agreement: no sign (flat)", measured=measured,
+            outcome=t["outcome"]))  # fmt: skip
+    for r in collapse(ladder).itertuples():
+        measured = (f"{r.device}: median accuracy {r.accuracy:.3f} (highest seed {r.worst_accuracy:.3f}), top-token "
+                    f"share {r.top_token_share:.3f} (lowest {r.worst_share:.3f}), norm ratio {r.norm_ratio:.2f}x "
+                    f"(highest {r.worst_ratio:.2f}x) over {r.seeds} seeds")  # fmt: skip
+        out.append(claim | dict(
+            claim=f"collapse {r.params:,} params ({r.device})", text="E2 (d)'s collapse at n = T on this rung",
+            paper="normalisation: collapse at 19M; agreement: no collapse needed", measured=measured,
+            outcome="collapses" if r.collapsed else "no collapse"))  # fmt: skip
+    b = bridge(acc)
+    for (params, label), g in b.groupby(["params", "boundary"]) if len(b) else ():
+        low = g.loc[g["mann_whitney_p"].idxmin()]
+        last = g["eval_loops"].max()
+        measured = (f"smallest Mann-Whitney p {low['mann_whitney_p']:.3g} at n={low['eval_loops']} (GPU "
+                    f"{low['gpu_mean']:.3f}, CPU {low['cpu_mean']:.3f}) over n = 1..{last}")  # fmt: skip
+        out.append(claim | dict(claim=f"bridge {params:,} params, {label}", paper="", outcome="reported",
+                                text="the same config on both devices (not a claim)", measured=measured))  # fmt: skip
+    return out
