@@ -219,6 +219,22 @@ def test_the_run_form_is_restored_from_the_url(monkeypatch, tmp_path):
     assert at.get("button_group")[0].value == "E3" and "smoke preset" in texts(at)
 
 
+def test_the_run_form_offers_the_gpu_presets_only_what_they_define(monkeypatch, tmp_path):
+    """The GPU study's presets define parity alone and run as pieces on a GPU machine: the train form offers them
+    with parity only (a chain in the URL falls back), the experiment form does not offer them."""
+    monkeypatch.delenv("LOOPSCOPE_READ_ONLY", raising=False)
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(run_preset="gpu-smoke", run_task="chain")
+    at.switch_page("app_pages/run.py").run()
+    assert not at.exception and at.selectbox(key="run_preset").value == "gpu-smoke"
+    assert at.selectbox(key="run_task").options == ["parity"] and at.selectbox(key="run_task").value == "parity"
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(run_kind="E2")
+    at.switch_page("app_pages/run.py").run()
+    assert not at.exception and "gpu" not in at.selectbox(key="run_preset").options
+
+
 def test_the_compare_box_reads_only_under_its_roots(monkeypatch, tmp_path):
     from dashboard import data
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from dashboard import data
 from engine.cli import UsageError, parse_seeds
-from engine.core.presets import PRESETS, preset
+from engine.core.presets import OWN_FOLDER, PRESETS, preset, tasks_of
 from engine.runtime import jobs
 from engine.runtime.settings import redact, shown_path
 
@@ -57,7 +57,7 @@ def seeds_input() -> list[int] | None:
 def train_spec() -> jobs.Spec | None:
     left, mid, right = st.columns(3)
     name = left.selectbox("preset", list(PRESETS), key="run_preset", **URL)
-    task = mid.selectbox("task", ["parity", "chain"], key="run_task", **URL)
+    task = mid.selectbox("task", list(tasks_of(name)), key="run_task", **URL)  # the GPU study's presets: parity
     boundary = right.selectbox("trained boundary", ["norm", "none"], key="run_boundary", **URL)
     cfg = preset(name, task, boundary, left.selectbox("arch", ["looped", "stacked"], key="run_arch", **URL))
     steps = mid.number_input(
@@ -75,9 +75,10 @@ def train_spec() -> jobs.Spec | None:
 
 def experiment_spec(experiment: str) -> jobs.Spec | None:
     left, right = st.columns(2)
-    name = left.selectbox("preset", list(PRESETS), key="run_preset", **URL)
+    # the GPU study's presets run as its pieces on a GPU machine (README, "The GPU study: how to run it"), not here
+    name = left.selectbox("preset", [p for p in PRESETS if p not in OWN_FOLDER], key="run_preset", **URL)
     tasks = right.pills(
-        "tasks", ["parity", "chain"], selection_mode="multi", default=["parity"], key="run_tasks", **URL
+        "tasks", list(tasks_of(name)), selection_mode="multi", default=["parity"], key="run_tasks", **URL
     )
     cfg = preset(name)
     st.caption(f"The {name} preset: {cfg.train.steps} steps per training, evaluated at n = 1..{cfg.max_eval_loops}.")
