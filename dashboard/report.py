@@ -23,6 +23,7 @@ from engine import paper
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.experiments import REGISTRY, e3, e4, verdicts
+from engine.runtime.settings import shown_path  # a read-only copy names no server folder
 
 TITLES = {"e1": "E1 · released Ouro weights", "e2": "E2 · norm vs none, from scratch",
           "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked",
@@ -517,18 +518,19 @@ def html(root: Path, preset_name: str | None = None) -> str:
     studies with a folder of their own), then each of those (the GPU study) as its own section (own_studies)."""
     root = Path(root)
     tables, own = chosen_tables(root, preset_name), own_studies(root, preset_name)
-    parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{_esc(root)}</code>, written "
+    where = _esc(shown_path(root))
+    parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{where}</code>, written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Each card is one claim of the paper: its figure, "
              "the measured one, and a verdict by the study's rules (README, “Verdict rules”).</p>"]  # fmt: skip
     if not tables and not own:
-        parts.append(f"<p>No experiment tables under <code>{_esc(root)}</code>: run <code>loopscope run e2 "
+        parts.append(f"<p>No experiment tables under <code>{where}</code>: run <code>loopscope run e2 "
                      "--preset cpu</code> first.</p>")  # fmt: skip
     parts += study_html(root, tables) if tables else []
     for study in own:
         folder = results.study_root(root, study)
         smoke = "" if study == "gpu" else " This one is its structure at a size the CPU runs in seconds: not a result."
         parts.append(f'<h2 id="study-{_esc(study)}">The GPU study (<code>{_esc(study)}</code>)</h2><p>{GPU_STUDY}'
-                     f"{smoke} Folder: <code>{_esc(folder)}</code>.</p>")  # fmt: skip
+                     f"{smoke} Folder: <code>{_esc(shown_path(folder))}</code>.</p>")  # fmt: skip
         made = results.study_provenance(root, study)
         if made:
             header = [*results.PROVENANCE, "runs"]
@@ -542,8 +544,8 @@ def html(root: Path, preset_name: str | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_html(root: str, preset_name: str | None, state: tuple) -> bytes:
-    return html(Path(root), preset_name).encode()
+def _cached_html(root: str, preset_name: str | None, state: tuple, shown: str) -> bytes:
+    return html(Path(root), preset_name).encode()  # `shown`: the folder as the page names it (read-only: its name)
 
 
 def html_bytes(preset_name: str | None = None, root: Path | None = None) -> bytes:
@@ -551,7 +553,7 @@ def html_bytes(preset_name: str | None = None, root: Path | None = None) -> byte
     it, kept per state of its tables: the overview's download. Only this module imports dashboard.results, never
     the other way round."""
     root = Path(root) if root is not None else results.results_root()
-    return _cached_html(str(root), preset_name, results.tables_state(root))
+    return _cached_html(str(root), preset_name, results.tables_state(root), shown_path(root))
 
 
 def write(out: Path, root: Path, preset_name: str | None = None) -> Path:

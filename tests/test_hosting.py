@@ -184,6 +184,11 @@ def test_a_read_only_copy_shows_no_server_path_traceback_or_log(monkeypatch, tmp
         assert str(tmp_path) not in shown and sys.prefix not in shown and "Traceback" not in shown, shown
         assert not at.code or page != "run" or all("Traceback" not in c.value for c in at.code)
     assert "No space left" in shown and "…/x" in shown  # the short reason stays, its path cut to its last part
+    from dashboard import report
+
+    shutil.copy(REPO / "cached_results" / "e2-cpu.parquet", root / "e2-cpu.parquet")
+    page = report.html_bytes().decode()  # the overview's "Download report"
+    assert str(tmp_path) not in page and "Static report of <code>results</code>" in page
     assert not [b for b in at.button if b.key.startswith(("resume-", "cancel-"))]
     assert st_config.get_option("client.showErrorDetails") == "type"  # an uncaught error: its type, no traceback
     st_config.set_option("client.showErrorDetails", "full")
