@@ -566,15 +566,12 @@ def _ladder_rules(preset_name: str, partner: str | None, state: tuple) -> pd.Dat
 def ladder_rules(preset_name: str) -> pd.DataFrame:
     """engine.experiments.ladder.rules over this study's E5 ladder and its partner's on the other device: the GPU
     study's trend, collapse per rung and the bridge (claims' columns), cached on the tables' state."""
-    partner = next((p for p in results.ladder_partners(preset_name) if p in presets("e5")), None)
-    return _ladder_rules(preset_name, partner, tables_state(results_root()))
+    return _ladder_rules(preset_name, results.ladder_partner(preset_name), tables_state(results_root()))
 
 
 def rungs(preset_name: str, task: str, level: str, part: str = "ladder") -> pd.DataFrame:
     """charts.rung_points of this study's E5 summary and its partner's on the other device (the first of
     dashboard.results.ladder_partners whose e5 table exists): per rung at n = T and 3T, with its device."""
-    from dashboard.results import ladder_partners
-
-    partner = next((p for p in ladder_partners(preset_name) if p in presets("e5")), None)  # the largest first
+    partner = results.ladder_partner(preset_name)
     summaries = {study: e5_summary(study)[0] for study in (preset_name, partner) if study in presets("e5")}
     return charts.rung_points(summaries, task, level, part)

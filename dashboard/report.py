@@ -269,8 +269,7 @@ def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -
 
     summary, out = e5.summarize(rows, preset_name), []
     summaries = {preset_name: summary}
-    found = results.presets("e5", root) if root is not None else []
-    partner = next((p for p in results.ladder_partners(preset_name) if p in found), None)
+    partner = results.ladder_partner(preset_name, root) if root is not None else None
     if partner:
         summaries[partner] = e5.summarize(pd.read_parquet(results.table_path(root, "e5", partner)), partner)
     level = verdicts.MEAN if verdicts.MEAN in set(summary["level"]) else sorted(summary["level"].unique())[0]
@@ -500,10 +499,9 @@ def ladder_rules_html(root: Path, study: str) -> list[str]:
     study has an E5 table (its partner's on the CPU read beside it where root holds one)."""
     from engine.experiments import ladder
 
-    found = catalog(root).get("e5", [])
-    if study not in found:
+    if study not in results.presets("e5", root):
         return []
-    partner = next((p for p in results.ladder_partners(study) if p in found), None)
+    partner = results.ladder_partner(study, root)
     tables = {results.device_of(p).lower(): pd.read_parquet(results.table_path(root, "e5", p))
               for p in (study, partner) if p}  # fmt: skip
     rules = ladder.rules(tables.get("cpu"), tables.get("gpu"))

@@ -69,6 +69,12 @@ def ladder_partners(preset_name: str) -> list[str]:
         gpu for gpu, cpu in LADDER_PARTNER.items() if cpu == preset_name]  # fmt: skip
 
 
+def ladder_partner(preset_name: str, root: Path | None = None) -> str | None:
+    """The first of ladder_partners whose E5 table the results folder holds (the largest first), or None."""
+    found = presets("e5", root)
+    return next((p for p in ladder_partners(preset_name) if p in found), None)
+
+
 def tables_state(root: Path) -> tuple:
     """(path relative to root, size, mtime) of every experiment table in root and in its studies' own folders
     (OWN_FOLDER) where the engine writes it: the cache key that changes when they do."""

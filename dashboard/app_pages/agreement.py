@@ -141,9 +141,7 @@ else:
     what += charts.devices_note(points, T)
     ladder_title = f"Surgery damage against scale · {context}"
     ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
-gpu_ladder = results.device_of(table.preset) == "GPU" or any(
-    p in results.presets("e5") for p in results.ladder_partners(table.preset)
-)
+gpu_ladder = results.device_of(table.preset) == "GPU" or results.ladder_partner(table.preset) is not None
 if task == "parity" and gpu_ladder:  # the GPU study's rules read both devices' ladders (engine.experiments.ladder)
     st.subheader("The GPU study's rules over both devices")
     st.caption(
