@@ -45,7 +45,7 @@ def test_the_trend_grows_shrinks_or_stays_flat_by_its_bootstrap_ci():
     found = outcomes(ladder.rules(cpu, gpu))
     assert found["ladder trend at n=4"] == found["ladder trend at n=12"] == "grows"
     both = pd.concat([ladder.ladder_rows(cpu, "cpu"), ladder.ladder_rows(gpu, "gpu")])
-    t = ladder.trend(ladder.damage_points(ladder.seed_values(both), 4))
+    t = ladder.trend(ladder.damage_points(ladder.seed_values(ladder.held_out(both)), 4))
     assert t["slope"] == pytest.approx(0.1) and t["rungs"] == 5 and t["low"] == 16_000 and t["high"] == 19_000_000
     shrinking = e5_table({p: list(0.5 - 0.1 * np.log10(p) + seeds) for p in (16_000, 412_288, 19_000_000)})
     assert outcomes(ladder.rules(shrinking, None))["ladder trend at n=4"] == "shrinks"
@@ -56,7 +56,9 @@ def test_the_trend_grows_shrinks_or_stays_flat_by_its_bootstrap_ci():
 def test_each_rung_counts_once_the_bridge_with_the_cpus_seeds():
     cpu = e5_table({16_000: [0.1] * 4, 412_288: [0.1] * 4})
     gpu = e5_table({412_288: [0.9] * 4, 19_000_000: [0.1] * 4})  # the GPU's bridge would make a peak if counted
-    acc = ladder.seed_values(pd.concat([ladder.ladder_rows(cpu, "cpu"), ladder.ladder_rows(gpu, "gpu")]))
+    acc = ladder.seed_values(
+        ladder.held_out(pd.concat([ladder.ladder_rows(cpu, "cpu"), ladder.ladder_rows(gpu, "gpu")]))
+    )
     points = ladder.damage_points(acc, 4)
     assert sorted(points["params"].unique()) == [16_000, 412_288, 19_000_000] and len(points) == 12
     assert points.loc[points["params"] == 412_288, "damage"].tolist() == pytest.approx([0.1] * 4)
@@ -71,12 +73,12 @@ def test_each_rung_counts_once_the_bridge_with_the_cpus_seeds():
 
 def test_collapse_per_rung_takes_the_median_seed_on_each_criterion():
     collapsed = e5_table({19_000_000: [0.5, 0.45, 0.4, 0.1]}, share=0.95, growth=1.5)  # accuracy 0.4-0.8 after
-    found = ladder.collapse(ladder.ladder_rows(collapsed, "gpu")).iloc[0]
+    found = ladder.collapse(ladder.held_out(ladder.ladder_rows(collapsed, "gpu"))).iloc[0]
     assert found["accuracy"] == pytest.approx(0.475) and found["worst_accuracy"] == pytest.approx(0.8)
     assert found["norm_ratio"] == pytest.approx(1.5) and bool(found["collapsed"])
     for knobs in (dict(share=0.5), dict(growth=4.0), dict(norm_acc=1.0)):  # each criterion alone breaks it
         t = e5_table({19_000_000: [0.5, 0.45, 0.4, 0.1]}, **{"share": 0.95, "growth": 1.5} | knobs)
-        assert not ladder.collapse(ladder.ladder_rows(t, "gpu")).iloc[0]["collapsed"], knobs
+        assert not ladder.collapse(ladder.held_out(ladder.ladder_rows(t, "gpu"))).iloc[0]["collapsed"], knobs
 
 
 def test_only_the_common_training_length_and_seeds_0_to_3_enter():

@@ -23,9 +23,10 @@ import pandas as pd
 
 from engine import paper
 from engine.core import stats
+from engine.experiments.e5 import LADDER_SEEDS
 from engine.experiments.verdicts import MEAN, levels, norm_ratios
 
-SEEDS = (0, 1, 2, 3)  # the same seeds at every rung (E5's LADDER_SEEDS)
+SEEDS = tuple(range(LADDER_SEEDS))  # the same seeds at every rung: E5's ladder trains seeds 0-3
 RESAMPLES = 2000  # 4 seeds have 35 distinct resamples: 2,000 draws settle the quantiles
 LABELS = ("norm", "norm->none", "norm->rescale")
 
@@ -39,15 +40,20 @@ def ladder_rows(rows: pd.DataFrame, device: str) -> pd.DataFrame:
     return r[r["train_steps"] == r["train_steps"].min()].assign(device=device)
 
 
-def seed_values(ladder: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
-    """Per device, rung (params), seed, label and n: the held-out mean of `metric`."""
+def held_out(ladder: pd.DataFrame) -> pd.DataFrame:
+    """Per device and rung (params): verdicts.levels' held-out mean of every metric, one value per seed, label, n
+    and metric (what seed_values and collapse read)."""
     out = []
     for (device, params), g in ladder.groupby(["device", "params"]):
         lv = levels(g)
-        lv = lv[(lv["level"] == MEAN) & (lv["metric"] == metric)]
-        out.append(lv.assign(device=device, params=params))
-    cols = ["device", "params", "seed", "boundary", "trained_loops", "eval_loops", "value"]
+        out.append(lv[lv["level"] == MEAN].assign(device=device, params=params))
+    cols = ["device", "params", "seed", "boundary", "trained_loops", "eval_loops", "metric", "value"]
     return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
+def seed_values(held: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Per device, rung (params), seed, label and n: the held-out mean of `metric` (held: held_out's rows)."""
+    return held[held["metric"] == metric].drop(columns="metric")
 
 
 def damage_points(acc: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -87,14 +93,13 @@ def trend(points: pd.DataFrame, resamples: int = RESAMPLES, rng_seed: int = 0) -
                 high=int(points["params"].max()) if len(points) else 0)  # fmt: skip
 
 
-def collapse(ladder: pd.DataFrame) -> pd.DataFrame:
-    """Per device and rung, E2 (d)'s criteria at n = T on norm->none: the per-seed values, their medians, the seed
-    furthest from collapse on each, and whether the medians meet all three."""
+def collapse(held: pd.DataFrame) -> pd.DataFrame:
+    """Per device and rung, E2 (d)'s criteria at n = T on norm->none (held: held_out's rows): the per-seed values,
+    their medians, the seed furthest from collapse on each, and whether the medians meet all three."""
     out = []
-    for (device, params), g in ladder.groupby(["device", "params"]):
+    for (device, params), g in held.groupby(["device", "params"]):
         T = int(g["trained_loops"].iloc[0])
-        cut = levels(g[g["boundary"] == "norm->none"])
-        cut = cut[cut["level"] == MEAN]
+        cut = g[g["boundary"] == "norm->none"]
         at_t = cut[cut["eval_loops"] == T].groupby(["metric", "seed"])["value"].mean()
         acc, share = (at_t[m] if m in at_t.index else pd.Series(dtype=float) for m in ("accuracy", "top_token_share"))
         ratio = norm_ratios(cut, T)
@@ -132,7 +137,8 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[dict
     if ladder.empty:
         return [claim | dict(claim="ladder trend", text="", paper="", measured="not run", outcome="not run")]
     T = int(ladder["trained_loops"].iloc[0])
-    acc = seed_values(ladder)
+    held = held_out(ladder)
+    acc = seed_values(held)
     out = []
     for n in (T, 3 * T):
         t = trend(damage_points(acc, n))
@@ -142,7 +148,7 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[dict
             claim=f"ladder trend at n={n}", text="the surgery's damage against log10(parameters), 16k-19M",
             paper="normalisation: grows (CI above 0); agreement: no sign (flat)", measured=measured,
             outcome=t["outcome"]))  # fmt: skip
-    for r in collapse(ladder).itertuples():
+    for r in collapse(held).itertuples():
         measured = (f"{r.device}: median accuracy {r.accuracy:.3f} (highest seed {r.worst_accuracy:.3f}), top-token "
                     f"share {r.top_token_share:.3f} (lowest {r.worst_share:.3f}), norm ratio {r.norm_ratio:.2f}x "
                     f"(highest {r.worst_ratio:.2f}x) over {r.seeds} seeds")  # fmt: skip
