@@ -279,70 +279,78 @@ def quantile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def measure(n: int, results: Path, timeout_s: float, views: bool, floor: bool = False, url: str = "",
-                  browsers: bool = True) -> dict:  # fmt: skip
-    if not browsers:
-        return await measure_server(n, results, timeout_s, floor, url)
+class Window:
+    """The measured window of a load: the server's CPU (None for a Remote), the wall and the whole machine's busy CPU
+    from its start to record()."""
+
+    def __init__(self, server):
+        self.server, self.cpu0, self.t0, self.busy0 = server, server.cpu(), time.monotonic(), machine_busy_s()
+
+    def record(self) -> dict:
+        cpu = None if self.cpu0 is None else self.server.cpu() - self.cpu0
+        return {
+            "server_cpu_s": cpu,
+            "wall_s": time.monotonic() - self.t0,
+            "machine_busy_cpu_s": machine_busy_s() - self.busy0,
+        }
+
+
+async def run_sessions(server, sessions) -> list[dict]:
+    """The sessions at once, sampling the server's RSS until every one has ended; their results."""
+    tasks = [asyncio.create_task(s) for s in sessions]
+    while not all(t.done() for t in tasks):
+        server.sample()
+        await asyncio.sleep(0.5)
+    return [t.result() for t in tasks]
+
+
+async def in_browsers(n: int, server, timeout_s: float, views: bool) -> tuple[list[dict], dict]:
+    """N browser sessions at once in one Chromium (after the single views, if asked); the browser's CPU is that of
+    this process's descendants but the server's."""
     from playwright.async_api import async_playwright
 
+    def browser_cpu() -> float:  # Chromium and Playwright's driver
+        return cpu_s([p for p in tree(os.getpid()) if p != os.getpid() and p not in server.pids()])
+
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    with tempfile.TemporaryDirectory(prefix="loopscope-load-") as tmp:
-        server = Remote(url) if url else Server(results, Path(tmp), floor)
-
-        def browser_cpu() -> float:  # Chromium and Playwright's driver: this process's descendants but the server's
-            return cpu_s([p for p in tree(os.getpid()) if p != os.getpid() and p not in server.pids()])
-
-        try:
-            async with async_playwright() as p:
-                args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-                browser = await p.chromium.launch(executable_path=chromium, args=args)
-                record: dict = {"sessions": n}
-                if views:  # before the load: one view cold, then the same page again
-                    record |= await views_cpu(browser, server, timeout_s)
-                cpu0, t0, machine0 = server.cpu(), time.monotonic(), machine_busy_s()
-                browser0 = browser_cpu()
-                tasks = [asyncio.create_task(session(browser, server.url, timeout_s)) for _ in range(n)]
-                while not all(t.done() for t in tasks):
-                    server.sample()
-                    await asyncio.sleep(0.5)
-                found = [t.result() for t in tasks]
-                record["browser_cpu_s"] = browser_cpu() - browser0
-                await browser.close()
-        finally:
-            wall, cpu = time.monotonic() - t0, None if cpu0 is None else server.cpu() - cpu0
-            record["machine_busy_cpu_s"] = machine_busy_s() - machine0
-            server.sample()
-            server.stop()
-    return summary(n, found, record, cpu, wall, server)
+    async with async_playwright() as p:
+        args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        browser = await p.chromium.launch(executable_path=chromium, args=args)
+        record = await views_cpu(browser, server, timeout_s) if views else {}  # before the load: cold, then repeated
+        window, browser0 = Window(server), browser_cpu()
+        found = await run_sessions(server, [session(browser, server.url, timeout_s) for _ in range(n)])
+        record["browser_cpu_s"] = browser_cpu() - browser0
+        await browser.close()
+    return found, record | window.record()
 
 
-async def measure_server(n: int, results: Path, timeout_s: float, floor: bool, url: str) -> dict:
-    """measure() without browsers: N protocol sessions at once; the same record (browser CPU 0)."""
+async def measure(n: int, results: Path, timeout_s: float, views: bool, floor: bool = False, url: str = "",
+                  browsers: bool = True) -> dict:  # fmt: skip
+    """One row of the table: N sessions at once against a fresh server (or `url`), in browsers or as protocol
+    clients (browser CPU 0)."""
     with tempfile.TemporaryDirectory(prefix="loopscope-load-") as tmp:
         server = Remote(url) if url else Server(results, Path(tmp), floor)
         try:
-            cpu0, t0, machine0 = server.cpu(), time.monotonic(), machine_busy_s()
-            tasks = [asyncio.create_task(protocol_session(server.url, timeout_s)) for _ in range(n)]
-            while not all(t.done() for t in tasks):
-                server.sample()
-                await asyncio.sleep(0.5)
-            found = [t.result() for t in tasks]
-        finally:
-            wall, cpu = time.monotonic() - t0, None if cpu0 is None else server.cpu() - cpu0
-            busy = machine_busy_s() - machine0
+            if browsers:
+                found, record = await in_browsers(n, server, timeout_s, views)
+            else:
+                window = Window(server)
+                found = await run_sessions(server, [protocol_session(server.url, timeout_s) for _ in range(n)])
+                record = {"browser_cpu_s": 0.0} | window.record()
             server.sample()
+        finally:
             server.stop()
-    return summary(n, found, {"sessions": n, "browser_cpu_s": 0.0, "machine_busy_cpu_s": busy}, cpu, wall, server)
+    return summary(n, found, record, server)
 
 
-def summary(n: int, found: list[dict], record: dict, cpu: float | None, wall: float, server) -> dict:
+def summary(n: int, found: list[dict], record: dict, server) -> dict:
     cards = [r["card_s"] for r in found if r["card_s"] is not None]
     charts = [r["chart_s"] for r in found if r["chart_s"] is not None]
-    return record | {
+    return {"sessions": n} | record | {
         "cards": len(cards), "charts": len(charts),
         "card_p50_s": quantile(cards, 0.5), "card_p95_s": quantile(cards, 0.95), "card_max_s": max(cards, default=None),
         "chart_p50_s": quantile(charts, 0.5), "chart_p95_s": quantile(charts, 0.95),
-        "chart_max_s": max(charts, default=None), "server_cpu_s": cpu, "wall_s": wall, "peak_rss_mb": server.peak_rss,
+        "chart_max_s": max(charts, default=None), "peak_rss_mb": server.peak_rss,
         "errors": sorted({r["error"] for r in found if "error" in r}),
     }  # fmt: skip
 
