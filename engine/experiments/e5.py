@@ -86,6 +86,11 @@ def parts(preset_name: str) -> tuple[int, ...]:
     return PARTS.get(preset_name, (1, 2, 3, 4))
 
 
+def ladder_only(preset_name: str) -> bool:
+    """Whether a preset runs none of parts 1-2 (the GPU study): its E5 is the ladder (and the rescale surgery)."""
+    return not {1, 2} & set(parts(preset_name))
+
+
 def range_specs(T: int) -> tuple[str, ...]:
     """Part 2's distributions for a budget T: uniform over 1..2T, and heavy-tailed with mean T (clipped to 3T)."""
     return (f"uniform:1-{2 * T}", f"lognormal:{T}:{3 * T}")
@@ -128,8 +133,7 @@ def rungs(preset_name: str) -> list[RunConfig]:
 def seeds_for(preset_name: str, cfg: RunConfig, seeds) -> list[int]:
     """The seeds a training of trainings() uses: the first LADDER_SEEDS for the ladder's own rungs (at a preset
     without parts 1-2, every rung, E2's model included), else all."""
-    ladder_only = 1 not in parts(preset_name) and 2 not in parts(preset_name)
-    return sorted(seeds)[:LADDER_SEEDS] if ladder_only or cfg in rungs(preset_name) else list(seeds)
+    return sorted(seeds)[:LADDER_SEEDS] if ladder_only(preset_name) or cfg in rungs(preset_name) else list(seeds)
 
 
 def rescaled(preset_name: str, cfg: RunConfig) -> bool:
@@ -137,7 +141,7 @@ def rescaled(preset_name: str, cfg: RunConfig) -> bool:
     them (the GPU study), every rung of the ladder."""
     if cfg.model.boundary != "norm" or 4 not in parts(preset_name):
         return False
-    return cfg not in rungs(preset_name) if {1, 2} & set(parts(preset_name)) else True
+    return ladder_only(preset_name) or cfg not in rungs(preset_name)
 
 
 def ensure(preset_name: str, cfg: RunConfig, label: str, seeds, store: Store, device="cpu", progress=True) -> list[str]:
@@ -411,9 +415,9 @@ def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dic
         T = int(s["trained_loops"].iloc[0])
         fixed = f"fixed:{T}"
         at_scale = own_scale(s)
-        ladder_only = s["part"].isin(["effects", "range"]).sum() == 0
+        ladder_table = s["part"].isin(["effects", "range"]).sum() == 0
         eff = at_scale[(at_scale["part"] == "effects") & (at_scale["train_loops"] == fixed)]
-        found = [] if ladder_only else [
+        found = [] if ladder_table else [
             ("train x run", "run as trained beats run the other way (the agreement effect G dominates)",
              "agreement: G > 0 and |G| > |R|, |M| on both sides of T; normalisation: |R| dominates beyond T",
              part1_outcome(eff))]  # fmt: skip
@@ -439,9 +443,9 @@ def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dic
         rec = rec[rec["eval_loops"] == T]
         rule = "agreement (scale): mean recovery at T >= 0.5, CI above 0.25; normalisation: CI below 0.25"
         text = "a fixed per-step rescale in place of the boundary norm recovers the surgery's loss"
-        for (params, _), r in rec.groupby(["params", "train_steps"]) if ladder_only else [((None, None), rec)]:
-            name = f"rescale {int(params):,} params" if ladder_only else "rescale"
-            least = RUNG_MIN_DAMAGED if ladder_only else MIN_DAMAGED
+        for (params, _), r in rec.groupby(["params", "train_steps"]) if ladder_table else [((None, None), rec)]:
+            name = f"rescale {int(params):,} params" if ladder_table else "rescale"
+            least = RUNG_MIN_DAMAGED if ladder_table else MIN_DAMAGED
             found.append((name, text, rule, part4_outcome(r.iloc[0] if len(r) else None, least)))
         for name, text, predicted, (outcome, measured) in found:
             out.append(dict(task=task, level=level, claim=name, text=text, paper=predicted, measured=measured,
