@@ -32,7 +32,8 @@ SCALE_ORDER = ("paper", "gpu", "cpu", "cpu-1layer", "gpu-smoke", "smoke")
 # Studies whose runs and tables live in a folder of their own under the results folder: engine.core.presets.OWN_FOLDER
 # (repeated here because that module imports torch, which the overview must not; tests/test_gpu_study_dashboard.py
 # checks that the two agree). Only these subfolders are read: never an arbitrary folder under the results folder.
-OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke"}
+OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder"}
+GPU_STUDIES = ("gpu", "gpu-smoke")  # the studies designed for a GPU (the others ran on the CPU)
 # A GPU study's ladder continues a CPU study's, on the same task and budget T (README, "The GPU study": the bridge
 # rung runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
 LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu"}
@@ -59,8 +60,8 @@ def table_path(root: Path, experiment: str, preset_name: str) -> Path:
 
 
 def device_of(preset_name: str) -> str:
-    """The device a study was designed for: the studies with a folder of their own are the GPU's."""
-    return "GPU" if preset_name in OWN_FOLDER else "CPU"
+    """The device a study was designed for."""
+    return "GPU" if preset_name in GPU_STUDIES else "CPU"
 
 
 def ladder_partners(preset_name: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Run configurations and the presets (smoke, cpu, cpu-1layer, paper, gpu, gpu-smoke), each a plain function.
+"""Run configurations and the presets (smoke, cpu, cpu-1layer, paper, gpu, gpu-smoke, cpu-ladder), each a function.
 
 A run is (RunConfig, seed). The config is frozen, so it is its own cache key: `run_key` hashes
 the config together with the seed. A field added later is left out of the key while it has its
@@ -259,6 +259,22 @@ def gpu_smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped"
     return _make(t, model, train, boundary, arch)
 
 
+# The recipe the `cpu-ladder` preset trains with: the GPU study's rule applied to its own 19M rung on the CPU
+# (engine.runtime.cpu_ladder's probe). R1 until the probe has decided; the commit that changes it cites the numbers.
+CPU_LADDER_RECIPE = "R1"
+
+
+def cpu_ladder(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """The GPU study's ladder continued on the CPU, in fp32 (the precision of every lower rung): the paper's 19M model
+    on the second study's parity with the GPU study's recipe (CPU_LADDER_RECIPE, adopted by the same rule), one seed
+    a group: a 19M seed trains for about an hour on two cores, so each seed is a piece of its own, checkpointed and
+    resumable (engine.runtime.cpu_ladder). Its ladder (E5 parts 3-4) adds 1.6M and 5.3M; the rungs up to 412k are
+    E5's `cpu` ladder. A folder of its own (OWN_FOLDER): no other study takes its runs."""
+    _only_parity("cpu-ladder", task)
+    train = replace(GPU_RECIPES[CPU_LADDER_RECIPE], group_size=1)
+    return _make(SECOND_STUDY_PARITY, PAPER_MODEL, train, boundary, arch)
+
+
 def _only_parity(name: str, task: str) -> None:
     if task != "parity":
         raise ValueError(
@@ -269,12 +285,14 @@ def _only_parity(name: str, task: str) -> None:
 
 PRESETS = {
     "smoke": smoke, "cpu": cpu, "cpu-1layer": cpu_1layer, "paper": paper, "gpu": gpu, "gpu-smoke": gpu_smoke,
+    "cpu-ladder": cpu_ladder,
 }  # fmt: skip
-TASKS_OF = {"gpu": ("parity",), "gpu-smoke": ("parity",)}  # presets that define only some tasks
+# presets that define only some tasks
+TASKS_OF = {"gpu": ("parity",), "gpu-smoke": ("parity",), "cpu-ladder": ("parity",)}
 # Studies whose runs and tables live in a folder of their own under a results folder. The GPU study reruns on the GPU
 # configs a CPU study holds too (its bridge rung: the same config on both devices, so the same run key); in the
 # CPU's store it would take the CPU's runs for its own and compute nothing (dev/LOG.md, 2026-12-04).
-OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke"}
+OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder"}
 
 
 def study_root(root, preset_name: str) -> Path:

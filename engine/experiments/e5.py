@@ -73,13 +73,16 @@ LADDER = {
     # 5,342,592 parameters, and the preset's own 19,024,384 (E2's runs, seeds 0-3)
     "gpu": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (384, 8, 1024, 3, 1), (512, 8, 1376, 6, 1)),
     "gpu-smoke": ((16, 2, 48, 1, 1), (16, 2, 48, 2, 1), (24, 2, 64, 2, 1), (32, 2, 96, 2, 1)),
+    # the GPU study's rungs above 412k on the CPU (fp32, one seed a group): 1,627,392, 5,342,592 and the preset's own
+    # 19,024,384; below them the `cpu` ladder
+    "cpu-ladder": ((256, 8, 704, 2, 1), (384, 8, 1024, 3, 1), (512, 8, 1376, 6, 1)),
 }  # fmt: skip
 # The tasks a preset's ladder covers. `cpu`: parity only, a cost-only trim decided before E5 ran (dev/LOG.md,
 # 2026-12-03): the ladder is reported, not judged, and both tasks' rungs would add 1.4-2.1 h to E5's 3.5-5.3 h.
-LADDER_TASKS = {"cpu": ("parity",), "gpu": ("parity",), "gpu-smoke": ("parity",)}
+LADDER_TASKS = {"cpu": ("parity",), "gpu": ("parity",), "gpu-smoke": ("parity",), "cpu-ladder": ("parity",)}
 # The parts a preset runs (all four unless named). The GPU study: the ladder and the rescale surgery on every rung;
 # parts 1-2 are not in its predictions and would cost far too much at 19M.
-PARTS = {"gpu": (3, 4), "gpu-smoke": (3, 4)}
+PARTS = {"gpu": (3, 4), "gpu-smoke": (3, 4), "cpu-ladder": (3, 4)}
 
 
 def parts(preset_name: str) -> tuple[int, ...]:

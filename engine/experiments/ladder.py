@@ -165,3 +165,28 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[dict
         out.append(claim | dict(claim=f"bridge {params:,} params, {label}", paper="", outcome="reported",
                                 text="the same config on both devices (not a claim)", measured=measured))  # fmt: skip
     return out
+
+
+# ---------------------------------------------------------------- the recipe probe's rule, seed by seed
+
+RECIPE_RULE = 0.95  # the README's bar: mean held-out accuracy at n = T over seeds 0-3, norm-trained, run as trained
+
+
+def recipe_score(rows: pd.DataFrame) -> float:
+    """One run's probe score: its held-out mean accuracy (verdicts.levels' MEAN) at n = T, `norm`, run as trained."""
+    acc = rows[(rows["boundary"] == "norm") & (rows["metric"] == "accuracy")]
+    held = levels(acc)
+    held = held[(held["level"] == MEAN) & (held["eval_loops"] == held["trained_loops"])]
+    return float(held["value"].mean()) if len(held) else float("nan")
+
+
+def recipe_outcome(scores: list[float], seeds: int = LADDER_SEEDS, rule: float = RECIPE_RULE) -> str:
+    """The probe's rule applied to the seeds trained so far (in order): `adopted` once the mean over `seeds` seeds is
+    certain to reach `rule` (even if every remaining seed scored 0), `rejected` once it cannot (even if every
+    remaining seed scored 1.0), else `open`. With every seed in, exactly the rule: mean >= rule."""
+    done = sum(scores)
+    if done >= rule * seeds:
+        return "adopted"
+    if done + (seeds - len(scores)) * 1.0 < rule * seeds:
+        return "rejected"
+    return "open"

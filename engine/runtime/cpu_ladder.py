@@ -1,0 +1,135 @@
+"""The GPU study's ladder on the CPU (preset `cpu-ladder`; README, "The ladder on the CPU"), in pieces that survive
+a lost machine: one seed a group, a checkpoint every CHECKPOINT_EVERY steps under <results>/cpu-ladder/jobs/ckpt/,
+resumed bit for bit by running the same command again on the same machine. Every step is cached: a second run of a
+finished stage computes nothing.
+
+  probe   the recipe probe on the 19M rung (the preset's own model), candidates R1, R2, R3 in order
+          (engine.core.presets.GPU_RECIPES), seeds 0-3 one after another. Each seed is trained, then evaluated as
+          every rung is (n = 1..3T as trained, `norm->none`, `norm->rescale`). After each seed the rule is applied to
+          the seeds so far (engine.experiments.ladder.recipe_outcome): a candidate is adopted once its mean held-out
+          accuracy at n = T over seeds 0-3 is certain to reach 0.95, rejected once it cannot, and the next starts.
+          The outcome is written to <results>/cpu-ladder/recipe-probe.json.
+  rungs   the other rungs (1.6M, 5.3M) under the adopted recipe, seeds 0-3, then the e5-cpu-ladder table (E5's
+          `loopscope run e5 --preset cpu-ladder --seeds 0-3`). Refused until the probe has adopted the recipe the
+          preset trains with (presets.CPU_LADDER_RECIPE).
+
+    python -m engine.runtime.cpu_ladder probe|rungs [--results cached_results] [--candidates R1,R2,R3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+
+from engine.core.presets import CPU_LADDER_RECIPE, GPU_RECIPES, RunConfig, cpu_ladder, study_root
+from engine.core.store import Store, atomic_write, git_state, utc_now
+from engine.errors import UsageError, explain
+from engine.experiments import e5
+from engine.experiments.ladder import RECIPE_RULE, recipe_outcome, recipe_score
+
+PRESET = "cpu-ladder"
+SEEDS = tuple(range(e5.LADDER_SEEDS))
+CHECKPOINT_EVERY = 100  # steps: about 3 minutes of the 19M rung on two cores
+PROBE_FILE = "recipe-probe.json"
+
+
+def say(text: str) -> None:
+    print(f"[cpu-ladder {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def candidate(name: str) -> RunConfig:
+    """The 19M rung trained with recipe `name`, one seed a group: R{CPU_LADDER_RECIPE} is the preset's own config."""
+    base = cpu_ladder()
+    return replace(base, train=replace(GPU_RECIPES[name], group_size=base.train.group_size))
+
+
+def piece(cfg: RunConfig, seed: int, store: Store) -> None:
+    """One seed of one config: trained (checkpointed, resumed), evaluated as trained, cut and rescaled; cached."""
+    from engine.experiments.runs import Live, live
+
+    with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
+        e5.ensure(PRESET, cfg, "e2", [seed], store)
+
+
+def probe(store: Store, names: list[str]) -> dict:
+    """The rule applied candidate by candidate and seed by seed; the record is rewritten after every seed."""
+    path = store.root / PROBE_FILE
+    commit, dirty = git_state()
+    record = dict(rule=f"mean held-out accuracy at n = T over seeds 0-3 >= {RECIPE_RULE}", commit=commit,
+                  dirty=dirty, candidates={}, adopted=None)  # fmt: skip
+    for name in names:
+        cfg = candidate(name)
+        scores: list[float] = []
+        outcome = "open"
+        for seed in SEEDS:
+            key = cfg.run_key(seed)
+            cached = store.status(key) == "ok"
+            say(f"{name} seed {seed} ({cfg.model.n_params:,} parameters, run {key}): "
+                f"{'cached' if cached else 'training'}")  # fmt: skip
+            t0 = time.monotonic()
+            piece(cfg, seed, store)
+            scores.append(recipe_score(store.load_rows(key)))
+            outcome = recipe_outcome(scores)
+            say(f"{name} seed {seed}: held-out accuracy at T {scores[-1]:.4f} ({time.monotonic() - t0:.0f} s); "
+                f"mean so far {sum(scores) / len(scores):.4f} over {len(scores)} seeds: {outcome}")  # fmt: skip
+            record["candidates"][name] = dict(scores=[round(s, 4) for s in scores], outcome=outcome,
+                                              runs=[cfg.run_key(s) for s in SEEDS[: len(scores)]])  # fmt: skip
+            record["updated"] = utc_now()
+            atomic_write(path, json.dumps(record, indent=1).encode())
+            if outcome != "open":
+                break
+        if outcome == "adopted":
+            record["adopted"] = name
+            atomic_write(path, json.dumps(record, indent=1).encode())
+            say(f"adopted {name}")
+            return record
+    say("no candidate reached the bar: the study is 'recipe below the bar' (README's rule); the best is reported")
+    return record
+
+
+def rungs(store: Store) -> None:
+    """The ladder's other rungs under the adopted recipe, then E5's table for the preset (everything cached)."""
+    path = store.root / PROBE_FILE
+    adopted = json.loads(path.read_text()).get("adopted") if path.is_file() else None
+    if adopted != CPU_LADDER_RECIPE:
+        raise UsageError(
+            f"the recipe probe has {'adopted ' + adopted if adopted else 'not adopted a recipe'} and the cpu-ladder "
+            f"preset trains {CPU_LADDER_RECIPE}; run the probe first (python -m engine.runtime.cpu_ladder probe), "
+            "and set presets.CPU_LADDER_RECIPE to the adopted candidate in a commit before the other rungs run."
+        )
+    from engine.experiments.runs import Live, live
+
+    with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
+        rows = e5.run(PRESET, list(SEEDS), store, "cpu", ("parity",))
+    print(e5.report(rows, PRESET))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.runtime.cpu_ladder", description=__doc__.split("\n\n")[0])
+    ap.add_argument("stage", choices=["probe", "rungs"])
+    ap.add_argument("--results", default="cached_results", help="results folder (the study lives in its cpu-ladder/)")
+    ap.add_argument("--candidates", default=",".join(GPU_RECIPES), help="the probe's candidates, in the rule's order")
+    args = ap.parse_args(argv)
+    try:
+        names = [n.strip() for n in args.candidates.split(",")]
+        unknown = [n for n in names if n not in GPU_RECIPES]
+        if unknown or list(names) != [n for n in GPU_RECIPES if n in names]:
+            raise UsageError(f"--candidates must name some of {', '.join(GPU_RECIPES)} in that order, "
+                             f"got {args.candidates[:40]!r}.")  # fmt: skip
+        store = Store(study_root(args.results, PRESET))
+        store.check_writable()
+        if args.stage == "probe":
+            probe(store, names)
+        else:
+            rungs(store)
+    except (UsageError, PermissionError) as e:
+        print(f"loopscope: {e if isinstance(e, UsageError) else explain(e) or e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
