@@ -11,7 +11,7 @@ ENV HOME=/home/user PATH=/home/user/.local/bin:$PATH PYTHONUNBUFFERED=1 PIP_NO_C
 WORKDIR /home/user/app
 
 # torch's CPU wheel first (no CUDA build), then the package and its dependencies: a layer that survives code edits.
-# TORCH_INDEX: another index holding that wheel and its dependencies (dev/image-check.sh serves a local one)
+# TORCH_INDEX: another index holding that wheel and its dependencies (dev/checks/image-check.sh serves a local one)
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 RUN pip install --user torch==2.13.0 --index-url "$TORCH_INDEX"
 COPY --chown=user pyproject.toml README.md ./

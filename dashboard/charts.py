@@ -7,16 +7,13 @@ Every layer is named, so tests and readers can find the CI band, the budget rule
 from __future__ import annotations
 
 import functools
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import altair as alt
-import numpy as np
 import pandas as pd
 import vl_convert
 
+from dashboard.caching import memoized
 from engine import paper
 
 MODE_COLORS = {"norm": "#0072B2", "none": "#D55E00", "norm->none": "#CC79A7"}
@@ -43,100 +40,9 @@ LABEL_STEP = 14  # px between the labels of reference points at the same x
 MIN_BAND_SEEDS = 3  # no CI band from fewer seeds: a bootstrap over 2 seeds only restates their range
 
 
-# ---------------------------------------------------------------- one chart per set of inputs
-
-
-class _Unkeyable(Exception):
-    """An argument the memo cannot key on: the chart is built afresh."""
-
-
 # a line-style legend's symbol: a dark unfilled stroke (with point=True a filled symbol hides the dash)
 DASH_SYMBOL = dict(symbolType="stroke", symbolStrokeWidth=2, symbolStrokeColor="#333333", symbolFillColor="transparent")
 DASH_LEGEND = alt.Legend(**DASH_SYMBOL)
-
-
-def _key(value) -> tuple:
-    """A key that is equal exactly when the inputs are: frames by their columns, dtypes, index and every value
-    (pandas' row hashes, digested), everything else by type and value."""
-    if isinstance(value, pd.DataFrame | pd.Series):
-        frame = value.to_frame() if isinstance(value, pd.Series) else value
-        try:
-            rows = pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes()
-        except TypeError as e:  # a cell pandas cannot hash (a list, a dict)
-            raise _Unkeyable from e
-        columns = tuple((str(c), str(t)) for c, t in frame.dtypes.items())
-        return (type(value).__name__, columns, frame.shape, hashlib.sha256(rows).hexdigest())
-    if isinstance(value, tuple | list):
-        return (type(value).__name__, *(_key(v) for v in value))
-    if isinstance(value, dict):
-        return ("dict", *((str(k), _key(v)) for k, v in value.items()))
-    if value is None or isinstance(value, str | bool | int | float):
-        return (type(value).__name__, value)
-    if isinstance(value, np.generic):  # a numpy scalar (np.int64 from a frame): by its type and value
-        return (type(value).__name__, value.item())
-    raise _Unkeyable(type(value).__name__)
-
-
-class Kept:
-    """A bounded cache (the last `size` keys) whose values are computed once per key, also when several threads ask
-    for one at once: the first computes, the others wait for its value instead of computing it again beside it (on
-    a cold server N visitors arrive together, and N copies of each computation would cost N times the CPU)."""
-
-    def __init__(self, size: int):
-        self.size, self.values, self.pending = size, OrderedDict(), {}
-        self.lock = threading.Lock()
-
-    def get(self, key, compute):
-        while True:
-            with self.lock:
-                if key in self.values:
-                    self.values.move_to_end(key)
-                    return self.values[key]
-                waiting, mine = self.pending.get(key), False
-                if waiting is None:
-                    waiting, mine = threading.Event(), True
-                    self.pending[key] = waiting
-            if not mine:
-                waiting.wait()  # then read what it computed (or compute it here, if that failed or was dropped)
-                continue
-            try:
-                value = compute()
-                with self.lock:
-                    self.values[key] = value
-                    while len(self.values) > self.size:
-                        self.values.popitem(last=False)
-                return value
-            finally:
-                with self.lock:
-                    self.pending.pop(key, None)
-                waiting.set()
-
-    def clear(self) -> None:
-        with self.lock:
-            self.values.clear()
-
-
-def memoized(size: int = 128):
-    """The same chart object for the same inputs (compared by value: _key), the last `size` of them kept. A page
-    draws the same figures on every rerun and for every visitor: building and validating an Altair chart costs
-    10-60 ms, and the same object lets the page's caller keep its Vega-Lite spec (dashboard.ui.figure). The
-    charts returned are shared, so no caller may change one in place (Altair's `properties` and friends copy)."""
-
-    def wrap(build):
-        kept = Kept(size)
-
-        @functools.wraps(build)
-        def memo(*args, **kwargs):
-            try:
-                key = _key((args, kwargs))
-            except _Unkeyable:
-                return build(*args, **kwargs)
-            return kept.get(key, lambda: build(*args, **kwargs))
-
-        memo.cache_clear = kept.clear
-        return memo
-
-    return wrap
 
 
 def series_label(arch: str, boundary: str, archs: Sequence[str]) -> str:
@@ -438,10 +344,11 @@ def rung_points(summaries: dict, task: str, level: str, part: str = "ladder") ->
     its partner on the other device; a summary that is None, or lacks the task and level, or has another T than
     the first, is left out): part `ladder` (the surgery's damage) or `rescale` (its recovery, fixed-T training).
     Columns: series (n = T / 3T), params, steps, mean, ci_low, ci_high, n, device (CPU or GPU: the study's,
-    dashboard.results.device_of) and study: ladder_chart's points."""
-    from dashboard.results import device_of
+    dashboard.results.device_of), study and run_on (device and precision, dashboard.results.run_on): ladder_chart's
+    points."""
+    from dashboard.results import device_of, run_on
 
-    columns = ["series", "params", "steps", "mean", "ci_low", "ci_high", "n", "device", "study"]
+    columns = ["series", "params", "steps", "mean", "ci_low", "ci_high", "n", "device", "study", "run_on"]
     frames, T = [], None
     for study, summary in summaries.items():
         s = summary[(summary["task"] == task) & (summary["level"] == level)] if summary is not None else None
@@ -452,16 +359,20 @@ def rung_points(summaries: dict, task: str, level: str, part: str = "ladder") ->
         s = s[s["train_loops"] == f"fixed:{T}"] if part == "rescale" else s
         frames.append(s.assign(
             series=[f"n = {n} ({'T' if n == T else '3T'})" for n in s["eval_loops"]],
-            steps=s["train_steps"].astype(int).astype(str), device=device_of(study), study=study,
+            steps=s["train_steps"].astype(int).astype(str), device=device_of(study), study=study, run_on=run_on(study),
         ))  # fmt: skip
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def devices_note(points: pd.DataFrame, T: int) -> str:
     """The ladder figure's sentence on its devices (rung_points): which study each device's points come from, and
-    the rungs run on both (the bridge) with both means at n = T; '' for one device."""
+    the rungs run on both (the bridge) with both means at n = T; for one device, what every rung ran on."""
     if "device" not in points or points["device"].nunique() < 2:
-        return ""
+        if "run_on" not in points or points.empty:
+            return ""
+        by = points.groupby("run_on")["params"].agg(["min", "max"])
+        spans = [f"{how}, {lo:,.0f}–{hi:,.0f} parameters" for how, (lo, hi) in by.iterrows()]
+        return " Run on: " + "; ".join(spans) + "."
     studies = ", ".join(f"{d}: `{s}`" for d, s in points[["device", "study"]].drop_duplicates().to_numpy())
     at_T = points[points["series"].str.startswith(f"n = {T} ")]
     both = at_T.groupby(["params", "steps"]).filter(lambda g: g["device"].nunique() > 1)
@@ -470,7 +381,8 @@ def devices_note(points: pd.DataFrame, T: int) -> str:
         + ", ".join(f"{r.device} {r.mean:+.3f} ({int(r.n)} seeds)" for r in g.sort_values("device").itertuples())
         for p, g in both.groupby("params")
     ]
-    note = f" Markers by device ({studies}; GPU hollow)."
+    how = ", ".join(dict.fromkeys(points["run_on"])) if "run_on" in points else ""
+    note = f" Markers by device ({studies}; GPU hollow{'; ' + how if how else ''})."
     return note + (f" Run on both devices (the bridge), at n = T: {'; '.join(bridges)}." if bridges else "")
 
 
@@ -507,6 +419,7 @@ def ladder_chart(
     tooltip = ["series:N", alt.Tooltip("params:Q", format=","), "steps:N", alt.Tooltip("mean:Q", format="+.3f"),
                alt.Tooltip("ci_low:Q", format="+.3f"), alt.Tooltip("ci_high:Q", format="+.3f"), "n:Q"]  # fmt: skip
     tooltip += ["device:N"] if len(devices) > 1 else []
+    tooltip += ["run_on:N"] if "run_on" in points else []
     base = alt.Chart(points).encode(x=x, color=color)
     y = alt.Y("mean:Q", title=y_title)
     if len(devices) > 1:  # the GPU's markers hollow and larger, drawn over the CPU's filled ones

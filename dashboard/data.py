@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
@@ -23,10 +22,11 @@ import streamlit as st
 
 from dashboard import charts, results
 from dashboard.results import OWN_FOLDER, catalog, presets, results_root, table_path, tables_state  # noqa: F401
+from dashboard.ui import as_text  # what a visitor typed, shown as text
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store, weights_not_kept
-from engine.experiments import e2, e3, e4, verdicts
+from engine.experiments import e3, e4, verdicts
 from engine.runtime import jobs
 
 HELD_OUT = (verdicts.MEAN, verdicts.HARDEST)  # the second design's judged levels: "held-out mean", "hardest held-out"
@@ -94,25 +94,6 @@ def _read_table(path: str, experiment: str, preset_name: str, state: tuple) -> T
         rows["range"] = np.where(rows["task"].isin(list(ranges)), np.where(inside, "in-range", "beyond"), "n/a")
     table.rows, table.key = rows, (path, *state)
     return table
-
-
-_derived = None  # a charts.Kept, made on first use (charts imports Altair: not on the overview's way)
-
-
-def derived(key: tuple | None, compute: Callable):
-    """compute(), kept under `key` (the last 256): what a page computes from a table's rows, keyed on the table's
-    key (Table.key: its path, size and mtime, so a rewritten table is computed again) and on every choice the rows
-    were filtered by. key None: computed every time. The results are shared between sessions: never changed in
-    place. Spares a repeat view the pandas work on the table (filters, groupings over its ~70k rows); visitors who
-    ask at once wait for one computation (charts.Kept)."""
-    global _derived
-    if key is None:
-        return compute()
-    if _derived is None:
-        from dashboard.charts import Kept
-
-        _derived = Kept(256)
-    return _derived.get(key, compute)
 
 
 def table(experiment: str, preset_name: str, root: Path | None = None) -> Table:
@@ -214,17 +195,17 @@ def compare_folder(text: str) -> Path | None:
     folder = Path(text.strip()).expanduser()
     listed = [Path(p).expanduser().resolve() for p in os.environ.get("LOOPSCOPE_COMPARE", "").split(os.pathsep) if p]
     if jobs.read_only() and folder.resolve() not in listed:
-        st.warning(f"`{folder}` is not among the folders this read-only copy compares with (LOOPSCOPE_COMPARE).")
+        st.warning(f"{as_text(folder)} is not among the folders this read-only copy compares with (LOOPSCOPE_COMPARE).")
         return None
     roots = compare_roots()
     if not jobs.read_only() and not any(folder.resolve().is_relative_to(root) for root in roots):
         st.warning(
-            f"`{folder}` is outside the folders this dashboard compares from ({', '.join(f'`{r}`' for r in roots)}; "
-            "LOOPSCOPE_COMPARE_ROOTS sets them)."
+            f"{as_text(folder)} is outside the folders this dashboard compares from "
+            f"({', '.join(f'`{r}`' for r in roots)}; LOOPSCOPE_COMPARE_ROOTS sets them)."
         )
         return None
     if not folder.is_dir():
-        st.warning(f"`{folder}` is not a folder.")
+        st.warning(f"{as_text(folder)} is not a folder.")
         return None
     return folder
 
@@ -232,22 +213,6 @@ def compare_folder(text: str) -> Path | None:
 def mode_comparison(per_seed: pd.DataFrame, by: tuple[str, ...]) -> pd.DataFrame:
     """Cliff's delta none vs norm per group."""
     return mode_comparison_by(per_seed, by, "boundary", "norm", "none")
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def norm_growth(rows: pd.DataFrame, modes: tuple[str, ...]) -> pd.DataFrame:
-    """Per mode, range and n: max/min of the state norm over steps 1..n, worst seed and difficulty, as
-    engine.experiments.e2.surgery_summary defines it for the `norm->none` models (claim (d) reads it at
-    n = T); the same function on each mode's rows, so every mode is measured alike."""
-    frames = []
-    for mode in modes:
-        part = e2.surgery_summary(rows[rows["boundary"] == mode].assign(boundary="norm->none"))
-        if "surgery_norm_ratio" in part:
-            frames.append(part[["task", "range", "eval_loops", "surgery_norm_ratio"]].assign(mode=mode))
-    columns = ["mode", "task", "range", "eval_loops", "norm_ratio"]
-    if not frames:
-        return pd.DataFrame(columns=columns)
-    return pd.concat(frames, ignore_index=True).rename(columns={"surgery_norm_ratio": "norm_ratio"})[columns]
 
 
 # ---------------------------------------------------------------- E3 and E4: the engine's own summaries
@@ -559,7 +524,7 @@ def e5_summary(preset_name: str) -> tuple[pd.DataFrame | None, str | None]:
 def _ladder_rules(preset_name: str, partner: str | None, state: tuple) -> pd.DataFrame:
     from engine.experiments import ladder
 
-    tables = {results.device_of(p).lower(): _engine_rows("e5", p) for p in (preset_name, partner) if p}
+    tables = results.by_device({p: _engine_rows("e5", p) for p in (preset_name, partner) if p})
     return pd.DataFrame(ladder.rules(tables.get("cpu"), tables.get("gpu")))
 
 

@@ -79,8 +79,8 @@ def _svg(chart) -> str:
 
 
 def claims(experiment: str, rows: pd.DataFrame, preset_name: str) -> tuple[list[dict] | None, str | None, str | None]:
-    """(claims, rules, problem): dashboard.results.claims_of, the same verdicts as the overview's cards (the README's
-    rules where the table has held-out items, else the module's own); claims None where the engine has none."""
+    """(claims, rules, problem): dashboard.results.claims_of (REGISTRY[e].claims), the same verdicts as the
+    overview's cards; claims None where the engine has none."""
     try:
         rules, found = results.claims_of(experiment, rows, preset_name)
         return (found if rules else None), rules, None
@@ -89,14 +89,11 @@ def claims(experiment: str, rows: pd.DataFrame, preset_name: str) -> tuple[list[
 
 
 def card_html(title: str, claim: dict, scale: str) -> str:
-    verdict = bool(claim.get("reproduced"))
-    badge = f'<span class="badge {"yes" if verdict else "no"}">{"reproduced" if verdict else "not reproduced"}</span>'
-    if claim.get("beyond_paper"):  # E5: the outcome its rules name (agreement, normalisation, mixed, ...)
-        badge = _outcome_badge(str(claim.get("outcome", "")))
+    """E5's claim at one level: the outcome its rules name (agreement, normalisation, mixed, ...)."""
     return (
-        f'<div class="card claim" data-verdict="{"yes" if verdict else "no"}"><b>{_esc(title)}</b>{badge}'
-        f"<p>{_md(claim.get('text', ''))}</p><p><b>Paper:</b> {_md(claim.get('paper', ''))}<br>"
-        f"<b>Measured:</b> {_md(claim.get('measured', ''))}<br><b>Scale:</b> {_esc(scale)}</p></div>"
+        f'<div class="card claim"><b>{_esc(title)}</b>{_outcome_badge(claim["outcome"])}'
+        f"<p>{_md(claim['text'])}</p><p><b>Predicted:</b> {_md(claim['criterion'])}<br>"
+        f"<b>Measured:</b> {_md(claim['measured'])}<br><b>Scale:</b> {_esc(scale)}</p></div>"
     )
 
 
@@ -121,7 +118,8 @@ def rule_card_html(title: str, card: dict, scale: str, experiment: str) -> str:
         body.append(f"<p><b>{_esc(results.ANALYSES[name])}</b><br>{'<br>'.join(lines)}</p>")
     return (
         f'<div class="card claim rule"><b>{_esc(title)}</b>{head}<p>{_md(card["text"])}<br>'
-        f"<b>Paper:</b> {_md(card['paper'])}</p>{''.join(body)}<p><b>Scale:</b> {_esc(scale)}</p></div>"
+        f"<b>Paper:</b> {_md(card['paper'])}<br><b>Rule:</b> {_md(card['criterion'])}</p>{''.join(body)}"
+        f"<p><b>Scale:</b> {_esc(scale)}</p></div>"
     )
 
 
@@ -460,10 +458,8 @@ def study_html(root: Path, tables: dict[str, str], prefix: str = "") -> list[str
         if rules == "verdicts":
             found = results.rule_cards(experiment, found)
             cards = [rule_card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale, experiment) for c in found]
-        elif rules == "e5":
+        else:  # E5
             cards = [card_html(f"{name}: {c['claim']} · {c['task']}, {c['level']}", c, scale) for c in found]
-        else:
-            cards = [card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale) for c in found]
         parts.append(f'<div class="cards">{"".join(cards)}</div>')
     for problem in problems:
         parts.append(f'<p class="problem"><b>Problem:</b> {_esc(problem)}</p>')
@@ -486,6 +482,11 @@ def study_html(root: Path, tables: dict[str, str], prefix: str = "") -> list[str
     return parts
 
 
+CPU_LADDER = (
+    "The GPU study's ladder above 412k parameters (1.6M, 5.3M and the paper's 19M) trained on the CPU in fp32, the "
+    "precision of every lower rung, one seed a group, under the GPU study's rules unchanged (docs/gpu-study.md); its "
+    "19M rung is the recipe probe. Below 412k the ladder is the `cpu` study's; the rules read both."
+)
 GPU_STUDY = (
     "The study at the paper's scale, run on a GPU (README, “The GPU study: predictions and rules, written before it "
     "runs”): the second CPU study's parity on models up to the paper's 19M, E2 and E3 judged by the second CPU "
@@ -502,13 +503,12 @@ def ladder_rules_html(root: Path, study: str) -> list[str]:
     if study not in results.presets("e5", root):
         return []
     partner = results.ladder_partner(study, root)
-    tables = {results.device_of(p).lower(): pd.read_parquet(results.table_path(root, "e5", p))
-              for p in (study, partner) if p}  # fmt: skip
+    tables = results.by_device({p: pd.read_parquet(results.table_path(root, "e5", p)) for p in (study, partner) if p})
     rules = ladder.rules(tables.get("cpu"), tables.get("gpu"))
     return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run (README, "
             "“The GPU study: predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
             f"seeds.</p>" + _table_html(["claim", "outcome", "measured"],
-                                        [[r["claim"], r["outcome"], r["measured"]] for r in rules])]  # fmt: skip
+                                        [[r.claim, r.outcome, r.measured] for r in rules])]  # fmt: skip
 
 
 def html(root: Path, preset_name: str | None = None) -> str:
@@ -526,13 +526,15 @@ def html(root: Path, preset_name: str | None = None) -> str:
     parts += study_html(root, tables) if tables else []
     for study in own:
         folder = results.study_root(root, study)
-        smoke = "" if study == "gpu" else " This one is its structure at a size the CPU runs in seconds: not a result."
-        parts.append(f'<h2 id="study-{_esc(study)}">The GPU study (<code>{_esc(study)}</code>)</h2><p>{GPU_STUDY}'
+        smoke = " This one is its structure at a size the CPU runs in seconds: not a result." * (study == "gpu-smoke")
+        title, text = ("The GPU study's ladder on the CPU", CPU_LADDER) if study == "cpu-ladder" else (
+            "The GPU study", GPU_STUDY)  # fmt: skip
+        parts.append(f'<h2 id="study-{_esc(study)}">{title} (<code>{_esc(study)}</code>)</h2><p>{text}'
                      f"{smoke} Folder: <code>{_esc(shown_path(folder))}</code>.</p>")  # fmt: skip
         made = results.study_provenance(root, study)
         if made:
             header = [*results.PROVENANCE, "runs"]
-            parts.append(f"<h3>{_esc(study)} · GPU provenance</h3>"
+            parts.append(f"<h3>{_esc(study)} · {results.device_of(study)} provenance</h3>"
                          + _table_html(header, [[r[h] for h in header] for r in made]))  # fmt: skip
         parts += study_html(root, {e: study for e, p in catalog(root).items() if study in p}, f"{study} · ")
         parts += ladder_rules_html(root, study)
@@ -561,3 +563,20 @@ def write(out: Path, root: Path, preset_name: str | None = None) -> Path:
     path = out / "index.html"
     path.write_text(html(root, preset_name), encoding="utf-8")
     return path
+
+
+if __name__ == "__main__":  # `loopscope report` runs this: python -m dashboard.report OUT RESULTS [PRESET]
+    import sys
+
+    from engine.errors import UsageError, explain
+
+    out, root, *chosen = sys.argv[1:]
+    try:
+        written = write(Path(out), Path(root), chosen[0] if chosen else None)
+    except Exception as e:  # as the CLI says it: one sentence for a known failure, a traceback for a bug
+        sentence = str(e) if isinstance(e, UsageError) else explain(e)
+        if sentence is None:
+            raise
+        print(f"loopscope: error: {sentence}", file=sys.stderr)
+        sys.exit(2)
+    print(f"wrote {written} ({written.stat().st_size:,} bytes)")

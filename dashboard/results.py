@@ -20,15 +20,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine import paper
-
 if not st.runtime.exists():  # a command (loopscope report, --ship), not a server: the in-memory cache is expected
     logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
 
 TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
 # the default: the largest study present that has an E2 table (default_study); the GPU study (the paper's scale, 19M
 # at its largest rung) before the CPU studies, its smoke-sized twin before `smoke`
-SCALE_ORDER = ("paper", "gpu", "cpu", "cpu-1layer", "gpu-smoke", "smoke")
+SCALE_ORDER = ("paper", "gpu", "cpu-ladder", "cpu", "cpu-1layer", "gpu-smoke", "smoke")
 # Studies whose runs and tables live in a folder of their own under the results folder: engine.core.presets.OWN_FOLDER
 # (repeated here because that module imports torch, which the overview must not; tests/test_gpu_study_dashboard.py
 # checks that the two agree). Only these subfolders are read: never an arbitrary folder under the results folder.
@@ -36,7 +34,7 @@ OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder"
 GPU_STUDIES = ("gpu", "gpu-smoke")  # the studies designed for a GPU (the others ran on the CPU)
 # A GPU study's ladder continues a CPU study's, on the same task and budget T (README, "The GPU study": the bridge
 # rung runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
-LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu"}
+LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu", "cpu-ladder": "cpu"}
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
 VERDICT_CODE = (  # the files whose code decides a cached verdict, this one included: their digest keys the cache
     ENGINE / "paper.py", ENGINE / "core/stats.py", ENGINE / "core/presets.py", ENGINE / "experiments/verdicts.py",
@@ -62,6 +60,22 @@ def table_path(root: Path, experiment: str, preset_name: str) -> Path:
 def device_of(preset_name: str) -> str:
     """The device a study was designed for."""
     return "GPU" if preset_name in GPU_STUDIES else "CPU"
+
+
+def run_on(preset_name: str) -> str:
+    """The device and precision a study's runs trained with (a GPU trains under bf16 autocast, the CPU in fp32)."""
+    return "GPU, bf16 autocast" if device_of(preset_name) == "GPU" else "CPU, fp32"
+
+
+def by_device(tables: dict) -> dict:
+    """{study: its E5 rows} as {device ('cpu' or 'gpu'): the rows of that device's studies together}: one device's
+    ladder may span studies (the `cpu` study's rungs to 412k and the `cpu-ladder` study's above)."""
+    import pandas as pd
+
+    out: dict[str, list] = {}
+    for study, rows in tables.items():
+        out.setdefault(device_of(study).lower(), []).append(rows)
+    return {device: pd.concat(frames, ignore_index=True) for device, frames in out.items()}
 
 
 def ladder_partners(preset_name: str) -> list[str]:
@@ -178,11 +192,12 @@ def scale_of(experiment: str, preset_name: str, rows) -> str:
     """The scale a verdict was measured at: table, preset, seeds (per mode for E2)."""
     seeds = sorted(int(s) for s in rows["seed"].unique())
     span = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}" if seeds else "no seeds"
+    stand_in = "" if experiment == "e1" or has_heldout(rows) else "; no held-out items: its in-range items stand in"
     if experiment == "e2":
         per_mode = rows[rows["boundary"].isin(["norm", "none"])].groupby("boundary")["seed"].nunique()
-        return f"{preset_name} preset, {per_mode.min()} seeds per mode ({span})"
+        return f"{preset_name} preset, {per_mode.min()} seeds per mode ({span}{stand_in})"
     count = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
-    return f"`{experiment}-{preset_name}.parquet`: **{preset_name}** preset, {count} ({span})"
+    return f"`{experiment}-{preset_name}.parquet`: **{preset_name}** preset, {count} ({span}{stand_in})"
 
 
 def has_heldout(rows) -> bool:
@@ -191,64 +206,17 @@ def has_heldout(rows) -> bool:
 
 
 def claims_of(experiment: str, rows, preset_name: str) -> tuple[str | None, list[dict]]:
-    """(rules, claims) for one table: `verdicts` (engine.experiments.verdicts.claims, the README's rules under
-    both analyses) where the table has held-out items, else `module` (REGISTRY[e].claims on its summary, the
-    first study's verdicts), `e5` (E5's own rules, REGISTRY["e5"].claims), else (None, []) for an experiment
-    without verdicts (E1)."""
-    from engine.experiments import NAMES, verdicts
+    """(rules, claims) for one table: REGISTRY[experiment].claims(rows, preset), the experiment's one judge, as
+    dicts (engine.experiments.verdicts.Claim's fields); rules "verdicts" (the README's rules, cards per analysis and
+    level: E2-E4) or "e5" (E5's own rules), else (None, []) for an experiment without verdicts (E1)."""
+    from engine.experiments import NAMES
 
     if experiment not in NAMES:  # E1: no verdicts, and no reason to import the experiments (torch)
         return None, []
-    if experiment != "e5" and has_heldout(rows):  # each claim also says its outcome in words, for the cards
-        return "verdicts", [dict(c, outcome=verdicts.outcome(c["holds"])) for c in verdicts.claims(experiment, rows)]
-    from engine.experiments import REGISTRY  # the experiment modules (and torch): only where their claims are read
+    from engine.experiments import REGISTRY  # the experiment modules (and torch): only where claims are computed
 
-    if experiment == "e5":  # beyond the paper: its own rules ("E5 predictions"), each claim with its outcome
-        module = REGISTRY["e5"]
-        found = module.claims(module.summarize(rows, preset_name))
-        return "e5", [dict(c, measured=readable(c["measured"])) for c in ladder_common_seeds(found, rows)]
-    module = REGISTRY[experiment]
-    trained = rows[rows["arch"] == "looped"].groupby("task")["trained_loops"].max().to_dict()
-    found = module.claims(module.summarize(rows, preset_name), trained)
-    return "module", [dict(c, measured=readable(c["measured"])) for c in found]
-
-
-def readable(text: str) -> str:
-    """A measured figure for a reader: a flag as yes/no, never Python's True/False."""
-    return re.sub(r"\b(True|False)\b", lambda m: "yes" if m.group(1) == "True" else "no", text)
-
-
-def ladder_common_seeds(found: list[dict], rows) -> list[dict]:
-    """Post hoc, beside E5's ladder (reported, not judged): the E2-model rung averages 16 seeds, the other rungs
-    LADDER_SEEDS; the same damage (norm − norm→none per seed, mean) on the other rungs' seeds alone is added to the
-    ladder claim's measured text, so the rungs can be compared on the same seeds."""
-    from engine.experiments import e5
-
-    acc = e5.seed_accuracy(rows)
-    looped = acc[acc["train_loops"].str.startswith("fixed:")]
-    out = []
-    for c in found:
-        part = looped[(looped["task"] == c["task"]) & (looped["level"] == c["level"])]
-        own = part[part["boundary"] == "none"][["params", "train_steps"]].drop_duplicates()  # E2's model: both modes
-        if c["claim"] != "ladder" or len(own) != 1 or part["params"].nunique() < 2:
-            out.append(c)
-            continue
-        at_own = part.merge(own, on=["params", "train_steps"])
-        rungs = part[~part["params"].isin(own["params"])]
-        seeds = sorted(int(s) for s in rungs["seed"].unique())
-        T = int(part["trained_loops"].iloc[0])
-        figures = []
-        for n in (T, 3 * T):
-            wide = at_own[at_own["eval_loops"] == n].pivot_table(index="seed", columns="boundary", values="value")
-            damage = (wide["norm"] - wide["norm->none"]).dropna()
-            figures.append((n, float(damage[damage.index.isin(seeds)].mean()), float(damage.mean()), len(damage)))
-        span = f"{seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
-        note = (f". Post hoc, not the rule: E2's model ({int(own['params'].iloc[0]):,} params) on the other rungs' "
-                f"seeds {span} only: " + ", ".join(f"n={n} {a:+.3f}" for n, a, _, _ in figures)
-                + f" (all {figures[0][3]} seeds: "
-                + ", ".join(f"n={n} {b:+.3f}" for n, _, b, _ in figures) + ")")  # fmt: skip
-        out.append(dict(c, measured=c["measured"] + note))
-    return out
+    found = [c.as_dict() for c in REGISTRY[experiment].claims(rows, preset_name)]
+    return ("e5" if experiment == "e5" else "verdicts"), found
 
 
 def _compute_claims(path: Path, experiment: str, preset_name: str) -> dict:
@@ -368,9 +336,8 @@ def warm(root: Path | None = None) -> int:
 
 
 def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
-    """The verdicts for one table: {"rules": "verdicts" (engine.experiments.verdicts.claims: the README's
-    rules, both analyses, for tables with held-out items), "module" (REGISTRY[e].claims on its summary: the
-    first study's tables) or None (no verdicts, e.g. E1), "claims": [dict], "problems": [str], "scale": str}."""
+    """The verdicts for one table: {"rules": "verdicts" (the README's rules, both analyses: E2-E4), "e5" or None
+    (no verdicts, e.g. E1), "claims": [dict] (claims_of), "problems": [str], "scale": str}."""
     key = _table_key(Path(root) if root is not None else results_root(), experiment, preset_name)
     if key is None:
         return {"rules": None, "claims": [], "problems": [], "scale": "—"}
@@ -379,22 +346,6 @@ def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
 
 # ---------------------------------------------------------------- the second design's verdicts as cards
 
-RULE_CLAIMS = {  # (experiment, claim of engine.experiments.verdicts) -> (the claim, the paper's figure)
-    ("e2", "a"): ("`none` is never worse than `norm` at any n", "never worse at any n"),
-    ("e2", "b"): ("the two modes are closest at n = T", "closest at n = T"),
-    ("e2", "c"): ("they separate on both sides of T, most beyond it",
-                  f"Cliff's δ up to {paper.MAX_DELTA_BEYOND} beyond the budget"),
-    ("e2", "d"): ("norm-trained models run without the norm collapse by n = T, the norm bounded, one token",
-                  f"accuracy {paper.SURGERY_ACCURACY_AT_T:.3f} at n = T, norm within {paper.SURGERY_NORM_RATIO}×, "
-                  "one token"),
-    ("e3", "a"): ("refitting the head alone recovers about a third, then plateaus", "recovery ≈ 1/3, plateau"),
-    ("e3", "b"): ("refitting the head with the block's last layer recovers all of it", "recovery ≈ 1"),
-    ("e3", "last layer"): ("the damage sits in the last layer: head + last recovers more than head + first",
-                           "— (beyond the paper)"),
-    ("e4", "equal n"): ("looping is better than stacking at equal n", "an advantage of looping at equal n"),
-    ("e4", "matched"): ("at matched overshoot n/T = 1, 2, 3 the advantage vanishes on one task, shrinks on the other",
-                        "vanishes on one task, shrinks on the other"),
-}  # fmt: skip
 SAME_RULE = {("e2", "d"), ("e3", "a"), ("e3", "b")}  # claims the README judges alike under both analyses
 ANALYSES = {"paper": "The paper's analysis (Cliff's δ, Mann–Whitney, unpaired)",
             "paired": "Paired analysis (per-seed differences, Wilcoxon, Holm)",
@@ -418,14 +369,13 @@ LEVELS = ("held-out mean", "hardest held-out")  # engine.experiments.verdicts.ME
 
 
 def rule_cards(experiment: str, found: list[dict]) -> list[dict]:
-    """engine.experiments.verdicts' claims grouped into one card per (task, claim): {task, claim, text, paper,
-    analyses: {analysis: {"levels": {level: (outcome, measured)}, "difficulties": "k/N" or ""}}}."""
+    """An experiment's claims (claims_of) grouped into one card per (task, claim): {task, claim, text, paper,
+    criterion, analyses: {analysis: {"levels": {level: (outcome, measured)}, "difficulties": "k/N" or ""}}}."""
     cards: dict[tuple, dict] = {}
     for c in found:
-        text, figure = RULE_CLAIMS.get((experiment, c["claim"]), (c["claim"], "—"))
         card = cards.setdefault(
-            (c["task"], c["claim"]), {"task": c["task"], "claim": c["claim"], "text": text, "paper": figure,
-                                      "analyses": {}})  # fmt: skip
+            (c["task"], c["claim"]), {"task": c["task"], "claim": c["claim"], "text": c["text"], "paper": c["paper"],
+                                      "criterion": c["criterion"], "analyses": {}})  # fmt: skip
         analysis = card["analyses"].setdefault(c["analysis"], {"levels": {}, "difficulties": ""})
         analysis["levels"][c["level"]] = (c["outcome"], c["measured"])
         analysis["difficulties"] = c.get("difficulties") or analysis["difficulties"]

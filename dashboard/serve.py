@@ -19,7 +19,7 @@ APP = Path(__file__).resolve().parent / "app.py"
 
 def wait_until_healthy(url: str, running: Callable[[], bool], timeout: float) -> bool:
     """Poll `url`/_stcore/health until it answers (True), or the server stops `running` or `timeout` seconds pass
-    (False): how the tests and dev/load-check.py know a server they started is up."""
+    (False): how the tests and tests/loadcheck.py know a server they started is up."""
     deadline = time.monotonic() + timeout
     while True:
         try:

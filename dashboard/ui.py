@@ -29,6 +29,16 @@ STUDY_HELP = (
 )
 
 
+def as_text(value, most: int = 80) -> str:
+    """A value a visitor typed (a URL's parameter, a text box), for a Markdown body (st.warning, st.error, ...): shown
+    as the text it is, never as a link, an image, HTML, an icon or a formula. Every ASCII punctuation mark is escaped
+    (CommonMark's backslash escapes; a bare URL is then no link either), line breaks become spaces; at most `most`
+    characters."""
+    text = " ".join(str(value).split())
+    text = text if len(text) <= most else text[: most - 1] + "…"
+    return "".join(f"\\{c}" if c.isascii() and not c.isalnum() and not c.isspace() else c for c in text)
+
+
 def _ignored_link(key: str, options: Sequence, multi: bool = False) -> list[str]:
     """The values a link's URL parameter `key` gives that no option of its widget has (Streamlit drops them
     silently and shows the default), read before the widget is made; [] when the link matches or is silent."""
@@ -49,7 +59,7 @@ def _link_notice(label: str, key: str, ignored: list[str], shown) -> None:
     if was != shown:  # the reader chose something: the notice has served its purpose
         del notes[key]
         return
-    values = ", ".join(f"`{key}={v}`" for v in ignored)
+    values = ", ".join(f"{key}={as_text(v)}" for v in ignored)  # what the URL said, as text (not Markdown)
     what = ", ".join(map(str, shown)) if isinstance(shown, list) else shown
     st.warning(f"This link's {values} matches no {label} here: it was ignored, and **{what}** is shown instead.")
 
@@ -155,64 +165,16 @@ def export_subtitle(caption: str, width: int = 110) -> list[str]:
     return [*lines, line] if line else lines
 
 
-_altair_table_kept = False
-
-
-def keep_altair_schema_table() -> None:
-    """Build Altair's table of its schema classes once per process. Altair rebuilds it (hashing some 600 JSON
-    schemas) inside every `from_dict`, which every `encode()` calls: about 12 ms each, 0.35 s of a page's 0.8 s of
-    CPU on a repeat view of the accuracy page. The table depends only on the classes, which do not change."""
-    global _altair_table_kept
-    if _altair_table_kept:
-        return
-    from altair.utils import schemapi
-
-    build, tables = schemapi._FromDict.__init__, {}
-
-    def init(self, wrapper_classes, /) -> None:
-        classes = tuple(wrapper_classes)
-        if classes not in tables:
-            build(self, classes)
-            tables[classes] = self.class_dict
-        self.class_dict = tables[classes]
-
-    schemapi._FromDict.__init__ = init
-    _altair_table_kept = True
-
-
-_specs = None  # a charts.Kept: id(chart) -> (chart, its Vega-Lite spec), the chart kept so its id stays its own
-
-
-def vega_spec(chart: alt.TopLevelMixin) -> dict:
-    """The Vega-Lite spec Streamlit sends for an Altair chart (its data as Arrow datasets), made once per chart
-    object: the chart builders return the same object for the same inputs (charts.memoized), so a rerun or another
-    visitor's view of the same figure skips Altair's to_dict and its schema validation (30-60 ms a figure)."""
-    global _specs
-    from streamlit.elements import vega_charts
-
-    from dashboard import charts
-
-    if _specs is None:
-        _specs = charts.Kept(256)
-    for _ in range(2):
-        kept, spec = _specs.get(id(chart), lambda: (chart, vega_charts._convert_altair_to_vega_lite_spec(chart)))
-        if kept is chart:
-            return spec
-        with _specs.lock:  # another chart had this id (gone since): made again
-            _specs.values.pop(id(chart), None)
-    return vega_charts._convert_altair_to_vega_lite_spec(chart)
-
-
 def figure(chart: alt.TopLevelMixin, table: pd.DataFrame, name: str, caption: str, title: str | None = None) -> None:
     """A chart, its caption, and downloads: PNG and SVG (rendered on click) and the plotted data as CSV. The PNG
     and SVG carry a title (`title`: what, study, task, level; else the file name) and the caption's first
     sentence, so an exported figure says what it shows on its own."""
-    from dashboard import charts
+    from dashboard import caching, charts
 
-    keep_altair_schema_table()  # every later chart of this process is built faster
+    caching.keep_altair_schema_table()  # every later chart of this process is built faster
     # st.altair_chart(chart) would convert and validate the chart on every run; the spec is the same (dict(): the
     # element takes its datasets out of the top level of the dict it is given, so it gets its own)
-    st.vega_lite_chart(dict(vega_spec(chart)), width="stretch")
+    st.vega_lite_chart(dict(caching.vega_spec(chart)), width="stretch")
     st.caption(caption)
     heading, subtitle = title or name, export_subtitle(caption)
     png, svg, csv = st.columns(3, gap="small", width=360)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data, ui
+from dashboard import caching, charts, data, ui
 from engine import paper
 
 METRIC_TITLES = {  # axis titles: short, with units; the captions say the rest
@@ -73,7 +73,7 @@ def load(experiment: str, what: str, command: str) -> data.Table | None:
 
 
 def pick_task(rows: pd.DataFrame, key: tuple | None = None) -> str:
-    return ui.select("task", data.derived(key and (*key, "tasks"), lambda: sorted(rows["task"].unique())), "task")
+    return ui.select("task", caching.derived(key and (*key, "tasks"), lambda: sorted(rows["task"].unique())), "task")
 
 
 def pick_difficulty(options: Sequence[str], default: str | None = None) -> str:
@@ -90,7 +90,7 @@ def task_and_difficulty(
     rows: pd.DataFrame, default: str | None = None, key: tuple | None = None
 ) -> tuple[pd.DataFrame, str, str]:
     """Task and difficulty selectors; returns the task's rows, the task and the difficulty choice. key: the
-    table's (Table.key), so a repeat view reuses the task's rows and options (data.derived)."""
+    table's (Table.key), so a repeat view reuses the task's rows and options (caching.derived)."""
     left, right = st.columns(2)
     with left:
         task = pick_task(rows, key)
@@ -99,7 +99,7 @@ def task_and_difficulty(
         picked = rows[rows["task"] == task]
         return picked, data.difficulty_options(picked)
 
-    rows, options = data.derived(key and (*key, "task", task), of_task)
+    rows, options = caching.derived(key and (*key, "task", task), of_task)
     with right:
         difficulty = pick_difficulty(options, default)
     return rows, task, difficulty
@@ -203,14 +203,14 @@ def delta_section(
     key: tuple | None = None,
 ) -> None:
     """Cliff's delta none vs norm per x, over seeds, with the magnitude bands and a caption. key: what per_seed
-    is (data.derived), so a repeat view reuses the summary."""
+    is (caching.derived), so a repeat view reuses the summary."""
 
     def computed() -> pd.DataFrame | None:
         if not {"norm", "none"} <= set(per_seed["boundary"].unique()):
             return None
         return data.mode_comparison(per_seed[per_seed["boundary"].isin(["norm", "none"])], (x,))
 
-    summary = data.derived(key and (*key, "delta", x), computed)
+    summary = caching.derived(key and (*key, "delta", x), computed)
     if summary is None:
         st.info("Cliff's δ compares `none` with `norm`: select both modes to see it.")
         return
@@ -265,7 +265,7 @@ def paired_section(
     """The paired view: a - b of the same seed per x, one thin line per seed, the mean with its 95% CI, zero
     and T marked (charts.paired_chart), from engine.core.stats.paired_summary (Wilcoxon signed-rank, Holm
     within each side of family_T). Returns the summary (None where the pairs are missing). key: what per_seed
-    is (data.derived), so a repeat view reuses the differences and the summary."""
+    is (caching.derived), so a repeat view reuses the differences and the summary."""
     a, b = pair
 
     def computed() -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -275,7 +275,7 @@ def paired_section(
         both = per_seed[per_seed[x].isin(set(diffs[x]))]
         return diffs, data.paired_summary(both, x, col, a, b, family_T)
 
-    diffs, summary = data.derived(key and (*key, "paired", x, col, a, b, family_T), computed)
+    diffs, summary = caching.derived(key and (*key, "paired", x, col, a, b, family_T), computed)
     if summary is None:
         st.info(f"The paired view needs `{a}` and `{b}` of the same seeds.")
         return None
@@ -421,7 +421,7 @@ def norms_section(
     tokens: the decoded top token per mode and step, where the rows' token ids are not engine.core.tasks'.
     items: the captions' sentence on where the items come from, where the rows' `split` does not say (E1).
     context: the exports' title after the figure's name (study, task, level). key: what the rows are (the table's
-    key and the task), so a repeat view reuses what was computed from them (data.derived). Returns the state-norm
+    key and the task), so a repeat view reuses what was computed from them (caching.derived). Returns the state-norm
     metric shown with its curves and per-seed values (None when nothing is drawn)."""
     left, right = st.columns(2)
     with left:
@@ -448,7 +448,7 @@ def norms_section(
             "tokens": top_tokens(picked, difficulty) if tokens is None else None,
         }
 
-    found = data.derived(key and (*key, "norms", difficulty, tuple(modes), metric, items, tokens is None), computed)
+    found = caching.derived(key and (*key, "norms", difficulty, tuple(modes), metric, items, tokens is None), computed)
     if found is None:
         st.info("Nothing to draw: select at least one mode.")
         return None

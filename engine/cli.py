@@ -18,7 +18,7 @@ import pandas as pd
 
 from engine.core.presets import OWN_FOLDER, PRESETS, RunConfig, preset, study_root, tasks_of
 from engine.errors import UsageError, explain
-from engine.experiments import PAPER, REGISTRY, seeds_for, verdicts
+from engine.experiments import PAPER, REGISTRY, seeds_for
 from engine.inputs import (  # noqa: F401  (MAX_SEED: read by the tests)
     MAX_LOOPS,
     MAX_SEED,
@@ -32,6 +32,7 @@ from engine.inputs import (  # noqa: F401  (MAX_SEED: read by the tests)
 )
 
 DEFAULT_RESULTS = "cached_results"
+REPO = Path(__file__).resolve().parents[1]  # the checkout: the dashboard's processes start here
 BACKEND_HELP = "local (default): this process; ray: seed groups as Ray tasks ($RAY_ADDRESS or a local Ray)"
 
 
@@ -45,15 +46,11 @@ def results_dir(args) -> Path:
 
 
 def load_config(args) -> RunConfig:
-    if args.config:
+    if args.config:  # a regular file within JSON_MIB, parsed without recursion errors
+        from engine.inputs import read_json
+
         try:
-            return RunConfig.from_dict(json.loads(Path(args.config).read_text()))
-        except FileNotFoundError:
-            raise UsageError(
-                f"config file {args.config} does not exist; pass a JSON file written by 'loopscope list --json'."
-            ) from None
-        except json.JSONDecodeError as e:
-            raise UsageError(f"config file {args.config} is not JSON ({e}); start from a preset's JSON.") from None
+            return RunConfig.from_dict(read_json(Path(args.config), f"config file {args.config}"))
         except ValueError as e:  # RunConfig's validation: a sentence naming the field, its range and the value
             raise UsageError(f"config file {args.config}: {e}") from None
     if args.preset not in PRESETS:
@@ -88,7 +85,8 @@ def open_store(args, root: Path | None = None):
 def study_roots(args) -> list[Path]:
     """The results folder and the studies' own folders under it that exist (the GPU study's <results>/gpu/)."""
     root = results_dir(args)
-    return [root, *(root / f for f in dict.fromkeys(OWN_FOLDER.values()) if (root / f / "runs").is_dir())]
+    held = lambda f: (root / f / "runs").is_dir() or (root / f / "jobs" / "ckpt").is_dir()  # noqa: E731
+    return [root, *(root / f for f in dict.fromkeys(OWN_FOLDER.values()) if held(f))]
 
 
 def key_root(args, keys: list[str]) -> Path:
@@ -130,6 +128,33 @@ def ray_fan_out(args, units, store) -> str:
     return "cpu" if args.device == "cpu" else resolve_device("auto")
 
 
+def precision_of(args, cfg: RunConfig) -> str:
+    """train.precision for --precision (fp32, bf16, or auto: decided here for cfg's model, and why printed)."""
+    from engine.core.train import resolve_precision
+
+    try:
+        precision, why = resolve_precision(args.precision, cfg, device_of(args))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.precision == "auto":
+        print(f"loopscope: --precision auto: {precision}: {why}.", file=sys.stderr)
+    return precision
+
+
+def with_precision(cmd):
+    """`cmd` (cmd_run) with every config its presets make in one precision, --precision's (a study's precision is
+    one value: auto is decided once, on the preset's first task's model); without --precision, as defined."""
+    from engine.core.presets import precision_override
+
+    def run(args) -> int:
+        if args.precision is None or args.preset not in PRESETS:  # cmd says what is wrong with the preset
+            return cmd(args)
+        with precision_override(precision_of(args, preset(args.preset, tasks_of(args.preset)[0]))):
+            return cmd(args)
+
+    return run
+
+
 def cmd_train(args) -> int:
     cfg = load_config(args)
     if args.group_size:  # a different group is a different computation: it changes the run keys
@@ -137,6 +162,8 @@ def cmd_train(args) -> int:
             cfg = replace(cfg, train=replace(cfg.train, group_size=args.group_size))
         except ValueError as e:
             raise UsageError(f"--group-size: {e}") from None
+    if args.precision:  # part of the config, so of the run key (fp32: the key every run had before)
+        cfg = replace(cfg, train=replace(cfg.train, precision=precision_of(args, cfg)))
     seeds = parse_seeds(args.seeds)
     from engine.experiments.runs import ensure_runs
 
@@ -219,7 +246,7 @@ def cmd_run(args) -> int:
         rows = module.run(args.preset, seeds, store, device, tasks)
         if len(names) > 1:
             print(f"\n== {name.upper()} ({time.perf_counter() - start:.0f} s)")
-        print(module.report(rows, args.preset) + verdicts.report(name, rows))
+        print(module.report(rows, args.preset))  # its estimates and its verdicts (module.claims)
     return 0
 
 
@@ -242,10 +269,13 @@ def cmd_pull(args) -> int:
     check_repo(args.repo)
     store = open_store(args)
     try:
-        share.pull(store.root, args.repo, checkpoints=args.checkpoints)
+        came = share.pull(store.root, args.repo, checkpoints=args.checkpoints)
     except share.HubUnavailable as e:
         raise UsageError(str(e)) from None
-    print(f"pulled {args.repo} into {store.root}; view it with: loopscope dashboard --results {store.root}")
+    top = came["tables"]
+    named = f" ({', '.join(top[:5])}{', ...' if len(top) > 5 else ''})" if top else ""
+    print(f"pulled {args.repo} into {store.root}: {came['files']} files downloaded, {came['runs']} runs or refits, "
+          f"{len(top)} top-level files{named}; view it with: loopscope dashboard --results {store.root}")  # fmt: skip
     return 0
 
 
@@ -262,7 +292,9 @@ def cmd_ouro(args) -> int:
 def cmd_bench(args) -> int:
     from engine.runtime import bench
 
-    if args.device == "cpu":
+    if args.only == "precision":  # the CPU's fp32 against its bf16, at three sizes
+        result, report = bench.run_precision(quick=args.quick), bench.format_precision_report
+    elif args.device == "cpu":
         result, report = bench.run_all(quick=args.quick, results=results_dir(args)), bench.format_report
     else:  # the GPU script: the paper preset's throughput against the device's bf16 peak
         device = device_of(args)
@@ -356,6 +388,37 @@ def cmd_restore(args) -> int:
     return 0 if all(w.startswith(("restored", "has its weights")) for w in outcome.values()) else 1
 
 
+def _params(cfg: dict) -> int | None:
+    """One model's parameters from a manifest's config (None where it is not a readable config)."""
+    try:
+        return RunConfig.from_dict(cfg).model.n_params
+    except (ValueError, TypeError):
+        return None
+
+
+def part_trained(root: Path, with_config: bool) -> list[dict]:
+    """The trainings under root's jobs/ckpt/ that a kill left midway (engine.experiments.runs.checkpoint_path): one
+    record per seed of the group, at the step its checkpoint reached; running the same command again resumes it."""
+    from engine.core.train import checkpoint_header
+
+    out = []
+    for path in sorted((root / "jobs" / "ckpt").glob("*.safetensors")):
+        meta = checkpoint_header(path)
+        if meta is None:
+            continue
+        cfg, model = meta.get("config", {}), meta.get("config", {}).get("model", {})
+        for seed in meta.get("seeds", []):
+            out.append({
+                "run_key": RunConfig.from_dict(cfg).run_key(seed) if _params(cfg) else "", "task": cfg["task"]["name"],
+                "arch": "looped" if model.get("tied", True) else "stacked", "boundary": model.get("boundary"),
+                "T": model.get("trained_loops"), "params": _params(cfg), "seed": seed, "steps": meta["step"],
+                "final_loss": None, "wall_s": None, "status": f"part-trained: step {meta['step']} of "
+                f"{cfg['train']['steps']} (checkpoint; the same command resumes it)", "weights": "",
+                **({"config": cfg} if with_config else {}),
+            })  # fmt: skip
+    return out
+
+
 def cmd_list(args) -> int:
     """Every run of the results folder, and of the studies' own folders under it (column `folder`)."""
     from engine.core.store import Store
@@ -377,6 +440,7 @@ def cmd_list(args) -> int:
                 "arch": "looped" if cfg.get("model", {}).get("tied", True) else "stacked",
                 "boundary": cfg.get("model", {}).get("boundary"),
                 "T": cfg.get("model", {}).get("trained_loops"),
+                "params": _params(cfg),
                 "seed": m.get("seed"),
                 "steps": m.get("steps"),
                 "final_loss": m.get("final_loss"),
@@ -386,6 +450,8 @@ def cmd_list(args) -> int:
                 **({"config": cfg} if args.json else {}),
             }
         )
+    records += [r | ({"folder": str(root.relative_to(roots[0]))} if len(roots) > 1 or args.json else {})
+                for root in roots for r in part_trained(root, args.json)]  # fmt: skip
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
@@ -405,7 +471,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    """A pack of the GPU study (dev/gpu-study.sh) into the study's folder under the results folder."""
+    """A pack of the GPU study (dev/studies/gpu-study/gpu-study.sh) into the study's folder under the results folder."""
     from engine.runtime.gpu_pack import merge
 
     if not Path(args.pack).is_file():
@@ -464,10 +530,8 @@ def dashboard_env(args) -> dict[str, str]:
 def cmd_dashboard(args) -> int:
     import threading
 
-    import dashboard
-
     env = dashboard_env(args)
-    repo = Path(dashboard.__file__).parents[1]
+    repo = REPO
     # the overview's verdicts, computed beside the server's start-up: a first visit finds them on disk
     warm = [sys.executable, "-m", "dashboard.results", env["LOOPSCOPE_RESULTS"]]
     quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -481,14 +545,19 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from dashboard import report  # the top layer may reach the dashboard, as cmd_dashboard does
-
     root = results_dir(args)
     if not root.is_dir():
         raise UsageError(f"no results folder {root}; run an experiment first (loopscope run e2 --preset cpu).")
-    path = report.write(Path(args.out), root, args.preset)
-    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
-    return 0
+    # the report is the dashboard's, the layer above the CLI: its own process, as the server is (cmd_dashboard)
+    chosen = [args.preset] if args.preset else []
+    report = [sys.executable, "-m", "dashboard.report", str(Path(args.out).resolve()), str(root.resolve()), *chosen]
+    return subprocess.call(report, cwd=REPO)
+
+
+PRECISION_HELP = (
+    "train.precision on the CPU (part of the run key): fp32 (default, every run before the option), bf16 (autocast, "
+    "fp32 weights, AdamW, loss and evaluation), auto (bf16 only on a CPU with native bf16 and a model large enough)"
+)
 
 
 def build_parser() -> Parser:
@@ -509,6 +578,7 @@ def build_parser() -> Parser:
         "--group-size", type=int, help="seeds trained together as one batch (part of the config, so of the run key)"
     )
     p.add_argument("--backend", default="local", choices=["local", "ray"], help=BACKEND_HELP)
+    p.add_argument("--precision", choices=["fp32", "bf16", "auto"], help=PRECISION_HELP)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", parents=[common], help="evaluate cached runs at more loop counts or in the other mode")
@@ -535,7 +605,8 @@ def build_parser() -> Parser:
     p.add_argument(
         "--workers", type=int, default=1, help="local backend: processes sharing the cores (2 is fastest on 2 cores)"
     )
-    p.set_defaults(func=cmd_run)
+    p.add_argument("--precision", choices=["fp32", "bf16", "auto"], help=PRECISION_HELP)
+    p.set_defaults(func=with_precision(cmd_run))
 
     for name, verb in (("push", "upload results to"), ("pull", "download results from")):
         p = sub.add_parser(name, parents=[common], help=f"{verb} a Hugging Face dataset repo")
@@ -570,6 +641,9 @@ def build_parser() -> Parser:
         "--device", default="cpu", choices=["auto", "cpu", "cuda"], help="cuda/auto: the paper preset on a GPU"
     )
     p.add_argument("--no-compile", action="store_true", help="with a GPU: skip the torch.compile levers")
+    p.add_argument(
+        "--only", choices=["precision"], help="one section: precision (fp32 vs bf16 training steps, CPU flags)"
+    )
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("verify", parents=[common], help="retrain seeds of a shipped study here and compare")
@@ -594,7 +668,9 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("merge", parents=[common], help="merge a GPU study's pack (dev/gpu-study.sh) into the results")
+    p = sub.add_parser(
+        "merge", parents=[common], help="merge a GPU study's pack (dev/studies/gpu-study/gpu-study.sh) into the results"
+    )
     p.add_argument("pack", help="gpu-study-PIECE.tar.gz, as a GPU run brought it back")
     p.set_defaults(func=cmd_merge)
 

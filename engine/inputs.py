@@ -3,8 +3,10 @@ message says what is wrong and what to do (the CLI turns it into one line and ex
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -14,6 +16,9 @@ from engine.errors import UsageError
 
 MAX_SEEDS, MAX_SEED = 1024, 2**31 - 1  # seeds per command, and the largest seed (every RNG here takes it)
 MAX_WORKERS = 4 * (os.cpu_count() or 1)  # local processes: more than this only thrashes
+JSON_MIB = 4  # a JSON file read from outside (--config, a manifest, gpu-study.json, a pulled one): at most this
+INTEGER_COLUMNS = ("seed", "trained_loops", "eval_loops", "difficulty", "refit_steps")  # a run's rows: the rest is
+# text but `value` (a float)
 
 
 def number(digits: str, most: int) -> int | None:
@@ -154,3 +159,88 @@ def check_memory(units: Iterable[tuple[RunConfig, Iterable[int]]], device: str, 
                 f"--workers {workers} trains {min(workers, len(groups))} groups at once, which need about "
                 f"{size(together)} together on {device}, and {size(have)} are there; use --workers {fit} or fewer."
             )
+
+
+def parse_json(data: bytes, what: str):
+    """The JSON value in `data`; UsageError naming `what` if it is not UTF-8 JSON or is nested too deep to read."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        why = "nested too deep" if isinstance(e, RecursionError) else f"not JSON ({str(e)[:80]})"
+        raise UsageError(f"{what} is {why}; give a JSON file as loopscope writes it.") from None
+
+
+def read_json(path: Path, what: str, most: int = JSON_MIB * 2**20):
+    """The JSON in `path`, a regular file of at most `most` bytes (not a folder, a device or a FIFO: it is opened
+    without waiting and checked before a byte is read), parsed without recursion errors. UsageError with one
+    sentence naming `what` (the file, as the reader knows it) otherwise; the caller checks the value's type."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise UsageError(f"{what} does not exist; check the path.") from None
+    except OSError as e:
+        raise UsageError(f"{what} cannot be read ({e.strerror}); check the path.") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{what} is not a regular file; give a JSON file.")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(most + 1)
+    if len(data) > most:
+        raise UsageError(f"{what} is larger than {most / 2**20:g} MiB, the most loopscope reads; give a smaller one.")
+    return parse_json(data, what)
+
+
+def check_run_folder(store, key: str) -> str | None:
+    """None if the folder of run (or refit) `key` in `store` is whole and is the run its key names, else what is
+    wrong, for a run that came from elsewhere (a pack, a pull): its manifest is a bounded JSON object of a manifest's
+    shape naming every file the folder holds (only regular files), each matching its checksum; its config (a refit:
+    its run key and refit) hashes to the key; its rows load and have the columns and types of the schema."""
+    import hashlib
+
+    import pandas as pd
+
+    from engine.core.store import MANIFEST, ROW_COLUMNS, valid_manifest
+
+    what = f"{store.folder[:-1]} {key}"
+    folder = store.run_dir(key)
+    try:
+        m = read_json(folder / MANIFEST, f"{what}'s manifest.json")
+    except UsageError as e:
+        return str(e).split(";")[0]
+    wrong = valid_manifest(m)
+    if wrong:
+        return f"{what}'s manifest {wrong}"
+    extra = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST and p.name not in m["files"])
+    odd = [n for n in m["files"] if (folder / n).is_symlink() or not (folder / n).is_file()]
+    if extra or odd:
+        return f"{what} holds {(extra or odd)[0][:60]!r}, which is not a file its manifest names"
+    status = store.status(key)
+    if status != "ok":
+        return status
+    try:
+        if store.folder == "runs":
+            made = RunConfig.from_dict(m.get("config")).run_key(m.get("seed"))
+        else:  # engine.experiments.e3.refit_key: the run's key and the refit's config
+            blob = json.dumps({"run_key": m.get("run_key"), "refit": m.get("refit")}, sort_keys=True)
+            made = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    except (ValueError, TypeError) as e:
+        return f"{what}'s config cannot be read ({str(e)[:80]})"
+    if made != key:
+        return f"{what}'s config and seed do not hash to its key (the manifest was changed)"
+    try:
+        rows = store.load_rows(key)
+    except Exception as e:  # pyarrow's errors for a file that is not Parquet are of many kinds
+        return f"{what}'s rows are not a readable Parquet table ({type(e).__name__})"
+    if store.folder == "runs":
+        columns = ROW_COLUMNS
+    else:
+        from engine.experiments.e3 import COLUMNS as columns
+    if list(rows.columns) != list(columns):
+        return f"{what}'s rows have the columns {', '.join(map(str, rows.columns))[:120]}, not {', '.join(columns)}"
+    for name in columns:
+        kind = "integer" if name in INTEGER_COLUMNS else "number" if name == "value" else "text"
+        fits = {"integer": pd.api.types.is_integer_dtype, "number": pd.api.types.is_float_dtype,
+                "text": pd.api.types.is_string_dtype}[kind](rows[name])  # fmt: skip
+        if not fits:
+            return f"{what}'s rows hold {rows[name].dtype} in `{name}`, where the schema has {kind}s"
+    return None

@@ -10,11 +10,16 @@ def _threads():
 
 @pytest.fixture(autouse=True)
 def _environment():
-    """Each test starts from the environment the session started with: the dashboard, run in-process by AppTest,
-    may set LOOPSCOPE_READ_ONLY (a server beyond localhost is read-only), which must not reach the next test."""
+    """Each test starts from the environment and the __main__ module the session started with: the dashboard, run
+    in-process by AppTest, may set LOOPSCOPE_READ_ONLY (a server beyond localhost is read-only), which must not reach
+    the next test."""
     import os
+    import sys
 
-    saved = dict(os.environ)
+    saved, main = dict(os.environ), sys.modules["__main__"]
     yield
     os.environ.clear()
     os.environ.update(saved)
+    # AppTest.from_function runs its script as __main__ and leaves it there; a process pool started later (--workers)
+    # spawns children that import the parent's __main__, a temporary file that no longer defines what it calls
+    sys.modules["__main__"] = main

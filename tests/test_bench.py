@@ -10,6 +10,8 @@ from engine.core.presets import smoke
 from engine.runtime import bench
 from tests.test_dashboard import smoke_results
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 
 def test_forward_flops_by_hand():
     cfg = ModelConfig(vocab_size=10, d_model=4, n_heads=2, d_ff=6, layers_per_block=2, trained_loops=3)

@@ -26,6 +26,8 @@ from engine.core.store import Store
 from engine.experiments import e3, e4
 from tests.test_dashboard import relabel_heldout, smoke_results
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 CHROMIUM = Path("/usr/bin/chromium")
 APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
 SHIPPED = Path(__file__).resolve().parents[1] / "cached_results"
@@ -200,7 +202,7 @@ def test_overview_first_render_deep_link_study_switch_and_report(server, browser
         page.get_by_role("option", name="cpu-1layer").click()
         page.wait_for_function("() => !location.search.includes('study=smoke')")  # the default: not in the URL
         page.get_by_text("The first CPU study").wait_for()
-        page.get_by_text(re.compile(r"reproduced")).first.wait_for()  # the first study's own claims
+        page.get_by_text("no held-out items", exact=False).first.wait_for()  # judged on its in-range items
         keep(page, shots, "overview-cpu-1layer")
     with page.expect_download() as done:
         page.get_by_role("button", name="Download report").click()

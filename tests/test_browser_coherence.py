@@ -14,7 +14,10 @@ SHIPPED = ROOT / "cached_results"
 PAGES = ("", "accuracy", "norms", "refit", "stacked", "ouro", "runs", "run", "agreement")
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="the pip package `playwright` is not installed")
-pytestmark = pytest.mark.skipif(not (SHIPPED / "e5-cpu.parquet").exists(), reason="no shipped second study")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (SHIPPED / "e5-cpu.parquet").exists(), reason="no shipped second study"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_train_list_eval_check(tmp_path, capsys):
     res = str(tmp_path / "res")
     code, out, _ = run(capsys, "train", "--preset", "smoke", "--seeds", "2", "--results", res, "--device", "cpu")
@@ -81,6 +82,7 @@ def test_module_entry_point_has_no_traceback(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "'nope' is not a run key" in proc.stderr
 
 
+@pytest.mark.slow
 def test_run_all_runs_e2_e3_e4_in_order_and_reruns_from_cache(tmp_path, capsys, monkeypatch):
     from engine.core.store import Store
     from engine.experiments import refit as rf
@@ -104,6 +106,7 @@ def test_run_all_runs_e2_e3_e4_in_order_and_reruns_from_cache(tmp_path, capsys, 
     assert code == 0 and untimed(again) == untimed(out)
 
 
+@pytest.mark.slow
 def test_local_workers_store_what_one_process_would(tmp_path, capsys):
     """`--workers 2`: trainings and E3's refits in two processes, results equal to a one-process run's."""
     from engine.core.store import Store

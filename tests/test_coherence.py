@@ -14,11 +14,14 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from engine.experiments import verdicts
+from engine.experiments import REGISTRY, verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "cached_results"
-pytestmark = pytest.mark.skipif(not (SHIPPED / "e5-cpu.parquet").exists(), reason="no shipped second study")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (SHIPPED / "e5-cpu.parquet").exists(), reason="no shipped second study"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +182,9 @@ def test_e5_agreement_and_run_effects_are_exactly_zero_at_n_1(e5_rows):
 def test_e4_paired_vanishes_shows_a_tost_beside_it():
     rows = pd.read_parquet(SHIPPED / "e4-cpu.parquet")
     want = ("parity", "matched", "paired", verdicts.MEAN)
-    claim = next(c for c in verdicts.claims("e4", rows) if (c["task"], c["claim"], c["analysis"], c["level"]) == want)
-    assert claim["holds"] == "vanishes"  # the committed rule's outcome stays
+    found = REGISTRY["e4"].claims(rows, "cpu")
+    claim = next(c.as_dict() for c in found if (c.task, c.claim, c.analysis, c.level) == want)
+    assert claim["outcome"] == "vanishes"  # the committed rule's outcome stays
     # independently: per seed looped at n = T*o minus stacked at n = o, held-out mean, norm mode
     acc = rows[(rows["split"] == "heldout") & (rows["metric"] == "accuracy") & (rows["boundary"] == "norm")]
     acc = acc[acc["task"] == "parity"].groupby(["arch", "eval_loops", "seed"])["value"].mean()
@@ -196,8 +200,8 @@ def test_e4_paired_vanishes_shows_a_tost_beside_it():
 
 def test_e3_last_layer_claim_says_each_targets_plateau_status():
     rows = pd.read_parquet(SHIPPED / "e3-cpu.parquet")
-    claim = next(c for c in verdicts.claims("e3", rows)
-                 if (c["task"], c["claim"], c["level"]) == ("parity", "last layer", verdicts.MEAN))  # fmt: skip
+    claim = next(c.as_dict() for c in REGISTRY["e3"].claims(rows, "cpu")
+                 if (c.task, c.claim, c.level) == ("parity", "last layer", verdicts.MEAN))  # fmt: skip
     rec = rows[(rows["metric"] == "recovery") & (rows["difficulty"] == 0) & (rows["eval_loops"] == 4)]
     rec = rec[rec["task"] == "parity"]
     for target in ("head+last", "head+first"):

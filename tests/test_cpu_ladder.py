@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 from engine.core.model import ModelConfig
@@ -50,6 +51,7 @@ def tiny(name: str):
     return replace(cfg, model=model, task=task, train=replace(cfg.train, steps=cfg.train.steps // 100, warmup_steps=5))
 
 
+@pytest.mark.slow
 def test_the_probe_stops_a_candidate_once_decided_and_resumes_from_its_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cl, "candidate", tiny)
     store = Store(study_root(tmp_path, "cpu-ladder"))
@@ -75,3 +77,36 @@ def test_rungs_are_refused_before_the_probe_adopted_the_presets_recipe(tmp_path,
     assert "run the probe first" in capsys.readouterr().err
     assert cl.main(["probe", "--results", str(tmp_path), "--candidates", "R2,R1"]) == 2
     assert "in that order" in capsys.readouterr().err
+
+
+def test_list_shows_each_rung_and_a_part_trained_seed_at_its_step(tmp_path, capsys):
+    from engine.cli import main
+    from engine.core.train import train_group
+    from engine.experiments.runs import checkpoint_path
+
+    cfg = tiny("R1")
+    store = Store(study_root(tmp_path, "cpu-ladder"))
+    train_group(cfg, [1], progress=False, checkpoint_path=checkpoint_path(store, cfg, [1]), checkpoint_every=10)
+    assert main(["list", "--results", str(tmp_path)]) == 0  # the checkpoint is left at step 10 of 20: a kill
+    out = capsys.readouterr().out
+    assert cfg.run_key(1) in out and "part-trained: step 10 of 20" in out and "cpu-ladder" in out
+    assert main(["list", "--json", "--results", str(tmp_path)]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["params"] == cfg.model.n_params and record["steps"] == 10 and record["folder"] == "cpu-ladder"
+
+
+def test_ship_copies_finished_runs_weightless_and_builds_the_table_without_computing(tmp_path, monkeypatch):
+    monkeypatch.setattr(cl, "candidate", tiny)
+    source = Store(study_root(tmp_path / "pieces", "cpu-ladder"))
+    cl.probe(source, ["R1"])
+    monkeypatch.setattr(e5, "ladder", lambda preset_name, task: [tiny("R1")])  # the shipped rung is the table's
+    monkeypatch.setattr(e5, "preset", lambda name, task="parity", boundary="norm": tiny("R1"))
+    store = Store(study_root(tmp_path / "repo", "cpu-ladder"))
+    assert cl.ship(source, store) == [tiny("R1").run_key(0)]
+    key = tiny("R1").run_key(0)
+    assert store.status(key) == "ok" and store.weights_state(key).startswith("not kept")
+    assert store.load_rows(key).equals(source.load_rows(key))
+    table = pd.read_parquet(store.root / "e5-cpu-ladder.parquet")
+    assert set(table["run_key"]) == {key} and {"norm", "norm->none", "norm->rescale"} <= set(table["boundary"])
+    assert (store.root / cl.PROBE_FILE).read_bytes() == (source.root / cl.PROBE_FILE).read_bytes()
+    assert cl.ship(source, store) == []  # a second ship copies nothing

@@ -6,6 +6,9 @@ import pytest
 from engine.core.store import RESULT_COLUMNS, Store
 from engine.experiments import e2
 from engine.experiments import runs as experiments
+from engine.experiments.verdicts import HARDEST, MEAN
+
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
 
 
 @pytest.fixture(scope="module")
@@ -45,27 +48,10 @@ def test_summary_and_claims(e2_rows):
     summary = e2.summarize(rows, "smoke")
     assert set(summary.range) == {"in-range", "beyond"}
     assert summary.eval_loops.max() == 9 and (summary.n_a == 2).all()
-    assert {"surgery_acc", "surgery_norm_ratio", "surgery_top_share"} <= set(summary.columns)
-    assert (summary.surgery_norm_ratio >= 1).all()
-    found = e2.claims(summary, {"parity": 3})
-    assert [c["claim"] for c in found] == ["a", "b", "c", "d"]
-    assert all(isinstance(c["reproduced"], bool) for c in found)
-
-
-def test_claims_verdicts_on_hand_made_summaries():
-    n = list(range(1, 7))
-
-    def frame(delta, mean_a, mean_b, p, acc, share, ratio):
-        return pd.DataFrame(
-            dict(task="t", range="in-range", eval_loops=n, delta=delta, mean_a=mean_a, mean_b=mean_b,
-                 p_value=p, surgery_acc=acc, surgery_top_share=share, surgery_norm_ratio=ratio)
-        )  # fmt: skip
-
-    # the paper's shape: none better on both sides, equal at T = 3, surgery collapses onto one token
-    good = frame([0.5, 0.3, 0.0, 0.6, 0.8, 0.9], [0.5, 0.7, 1.0, 0.6, 0.5, 0.5], [0.7, 0.8, 1.0, 0.9, 0.9, 0.9],
-                 [0.01] * 6, [0.5, 0.2, 0.0, 0.0, 0.0, 0.0], [0.6, 0.9, 1.0, 1.0, 1.0, 1.0], [1.5] * 6)  # fmt: skip
-    assert all(c["reproduced"] for c in e2.claims(good, {"t": 3}))
-    # none clearly worse at n = 2, closest elsewhere, no collapse
-    bad = frame([0.5, -0.6, 0.1, 0.0, 0.1, 0.1], [0.5, 0.9, 1.0, 0.9, 0.8, 0.8], [0.6, 0.5, 0.98, 0.9, 0.82, 0.8],
-                [0.01] * 6, [0.9] * 6, [0.5] * 6, [5.0] * 6)  # fmt: skip
-    assert not any(c["reproduced"] for c in e2.claims(bad, {"t": 3}))
+    assert "surgery_acc" in summary.columns
+    found = e2.claims(rows, "smoke")  # the one judge: the README's rules, the in-range items standing in (no held-out)
+    assert sorted({c.claim for c in found}) == ["a", "b", "c", "d"]
+    assert {(c.analysis, c.level) for c in found} == {(a, lvl) for a in ("paper", "paired") for lvl in (MEAN, HARDEST)}
+    assert all(c.experiment == "e2" and c.outcome in ("holds", "does NOT hold", "undecided") for c in found)
+    text = e2.report(rows, "smoke")
+    assert text.count("[E2] (d) parity") == 4 and "reproduced" not in text  # one set of verdicts

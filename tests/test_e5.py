@@ -17,6 +17,8 @@ from engine.core.train import loop_schedule, train_group
 from engine.experiments import e5
 from engine.experiments.verdicts import HARDEST, MEAN
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 # ---------------------------------------------------------------- run keys and training of the default config
 
 # Computed before `train.loops` existed (2026-12-03): every stored run must keep its key.
@@ -240,10 +242,10 @@ def test_summarize_and_claims_on_hand_made_rows():
     assert rec["mean"] == pytest.approx(np.mean(per_seed)) and rec["n"] == 3
     damage = summary[(summary["part"] == "ladder") & (summary["params"] == 10)]
     assert damage["mean"].iloc[0] == pytest.approx(np.mean([0.6, 0.5, 0.2]))
-    found = e5.claims(summary)
-    assert {c["claim"] for c in found} == {"train x run", "range uniform:1-4", "ladder", "rescale"}
-    assert all(c["beyond_paper"] and c["reproduced"] == (c["outcome"] == "agreement") for c in found)
-    assert "10 params" in next(c for c in found if c["claim"] == "ladder")["measured"]
+    found = e5.judge(summary)
+    assert {c.claim for c in found} == {"train x run", "range uniform:1-4", "ladder", "rescale"}
+    assert all(c.beyond_paper and c.experiment == "e5" for c in found)
+    assert "10 params" in next(c for c in found if c.claim == "ladder").measured
 
 
 # ---------------------------------------------------------------- end to end
@@ -319,7 +321,7 @@ def test_run_e5_reruns_from_the_cache_and_leaves_e2_tables_alone(e5_results, mon
     assert main(argv) == 0
     pd.testing.assert_frame_equal(store.read_table("e5-smoke"), before)
     out = capsys.readouterr().out
-    assert "[E5, beyond the paper] parity (held-out mean) train x run:" in out and "n = 1 identity" in out
+    assert "[E5] (train x run) parity [paired, held-out mean]:" in out and "n = 1 identity" in out
     rows = runs.collect(store, before["run_key"].unique().tolist(), "e2", runs.PAPER_LABELS)
     assert set(rows["boundary"]) == {"norm", "none", "norm->none"}  # what E2's table would take of the same runs
 

@@ -28,6 +28,8 @@ from safetensors.torch import save as save_safetensors
 from engine.core.store import Store
 from engine.experiments import e3
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 # e2 --preset smoke --seeds 2 writes, in order: per config (parity norm, parity none, chain norm, chain
 # none) one group of two runs (a model, rows and manifest each), and after each norm group the surgery's
 # rows for its two runs (rows and manifest each); then the table.

@@ -25,6 +25,7 @@ def raw(cfg, members: int) -> float:
     return (e.state_bytes + e.activation_bytes) / GB
 
 
+@pytest.mark.slow
 def test_the_estimate_matches_what_an_h200_measured():
     """Issue 29's H200 measurements (eager, bf16 autocast, the bench's hardest batch): 64.8 GB for the paper parity
     group of 16, 58.5 GB for 4 chain seeds (both without activation checkpointing)."""
@@ -41,6 +42,7 @@ def test_activations_scale_with_members_and_batch():
     assert four.state_bytes == 4 * one.state_bytes == 4 * 16 * cfg.model.n_params
 
 
+@pytest.mark.slow
 def test_every_presets_default_group_fits_one_80_gb_gpu(monkeypatch):
     monkeypatch.setenv("LOOPSCOPE_MEMORY_GB", "80")
     for name in PRESETS:
@@ -62,6 +64,7 @@ def test_a_group_that_cannot_fit_is_refused_in_one_sentence_before_any_work(monk
     assert not (tmp_path / "r" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_checkpointing_per_layer_changes_memory_not_results():
     base = short(smoke("parity"))
     ckpt = replace(base, train=replace(base.train, checkpoint="layer"))
@@ -103,6 +106,7 @@ def test_compile_and_dtype_policy(monkeypatch):
     assert dtype_policy("cpu", False) == "cpu: fp32 throughout"
 
 
+@pytest.mark.slow
 def test_the_device_bench_measures_every_lever_at_smoke_size_on_the_cpu():
     from engine.runtime import bench
 

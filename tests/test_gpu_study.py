@@ -16,6 +16,8 @@ from engine.experiments import e5
 from engine.experiments.runs import ensure_runs
 from engine.runtime import gpu_pack, gpu_study
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 SMOKE = "gpu-smoke"
 
 
@@ -96,8 +98,8 @@ def test_the_pack_keeps_one_seeds_weights_per_group_and_merges_into_a_results_fo
     rows = pd.read_parquet(dest / SMOKE / f"e5-{SMOKE}.parquet")
     table = pd.read_parquet(ladder["root"] / SMOKE / f"e5-{SMOKE}.parquet")
     pd.testing.assert_frame_equal(rows, table)  # rebuilt from the merged store: what the GPU machine wrote
-    found = e5.claims(e5.summarize(rows, SMOKE))
-    assert {c["claim"] for c in found} == {"ladder", *(f"rescale {c.model.n_params:,} params" for c in e5.rungs(SMOKE))}
+    found = e5.claims(rows, SMOKE)
+    assert {c.claim for c in found} == {"ladder", *(f"rescale {c.model.n_params:,} params" for c in e5.rungs(SMOKE))}
     assert cli.main(["merge", str(ladder["out"] / made["file"]), "--results", str(dest)]) == 0  # again: nothing new
     assert "0 runs or refits added, 0 extended" in capsys.readouterr().out
     key = made["runs"][0]

@@ -21,6 +21,8 @@ from engine.cli import main
 from tests.test_dashboard import charts_on
 from tests.test_dashboard import render as dashboard_page
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 SHIPPED = Path(__file__).resolve().parents[1] / "cached_results"
 GPU = {"name": "NVIDIA H200", "capability": "9.0", "memory_gib": 139.8, "driver": "580.95.05", "cuda": "13.0",
        "cudnn": 91300, "torch": "2.11.0+cu130"}  # fmt: skip

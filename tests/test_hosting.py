@@ -24,6 +24,8 @@ from engine.core.presets import smoke
 from engine.errors import UsageError
 from engine.runtime import jobs
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "dashboard" / "app.py")
 

@@ -212,6 +212,7 @@ def test_a_read_only_copy_cancels_nothing(tmp_path, monkeypatch, writable, value
         ({}, KEY, f"no job {KEY}"),
     ],
 )
+@pytest.mark.slow
 def test_the_worker_entry_refuses_in_one_line(tmp_path, writable, env, jid, phrase):
     jobs.jobs_dir(tmp_path).mkdir()
     own, _ = running_job(tmp_path, os.getpid())
@@ -254,6 +255,7 @@ def children_of(pid: int) -> dict[int, str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_finished_worker_is_reaped(tmp_path, writable):
     if not Path("/proc/self/stat").exists():
         pytest.skip("no /proc here")

@@ -26,6 +26,8 @@ from engine.core.train import train_group
 from engine.experiments import runs as experiments
 from engine.runtime import fanout, jobs
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 REPO = Path(__file__).resolve().parents[1]
 
 

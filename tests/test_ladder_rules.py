@@ -33,10 +33,11 @@ def e5_table(rungs: dict[int, list[float]], norm_acc: float = 0.9, share: float 
     return pd.DataFrame(rows)
 
 
-def outcomes(found: list[dict]) -> dict[str, str]:
-    return {c["claim"]: c["outcome"] for c in found}
+def outcomes(found: list) -> dict[str, str]:
+    return {c.claim: c.outcome for c in found}
 
 
+@pytest.mark.slow
 def test_the_trend_grows_shrinks_or_stays_flat_by_its_bootstrap_ci():
     seeds = np.array([0.0, 0.02, -0.01, 0.01])
     growing = {p: list(0.1 * np.log10(p) + seeds) for p in (16_000, 55_000, 412_288)}
@@ -92,11 +93,11 @@ def test_only_the_common_training_length_and_seeds_0_to_3_enter():
 def test_the_shipped_cpu_ladder_alone():
     """Before any GPU run: the CPU's five rungs (16k-412k) under the rule, as the README reports them."""
     found = ladder.rules(pd.read_parquet(SHIPPED / "e5-cpu.parquet"), None)
-    trend = [c for c in found if c["claim"].startswith("ladder trend")]
-    assert [c["claim"] for c in trend] == ["ladder trend at n=4", "ladder trend at n=12"]
-    assert all("over 5 rungs (15,904-412,288 parameters), 4 seeds" in c["measured"] for c in trend)
-    assert len([c for c in found if c["claim"].startswith("collapse")]) == 5
-    assert not [c for c in found if c["claim"].startswith("bridge")]  # one device: no bridge yet
+    trend = [c for c in found if c.claim.startswith("ladder trend")]
+    assert [c.claim for c in trend] == ["ladder trend at n=4", "ladder trend at n=12"]
+    assert all("over 5 rungs (15,904-412,288 parameters), 4 seeds" in c.measured for c in trend)
+    assert len([c for c in found if c.claim.startswith("collapse")]) == 5
+    assert not [c for c in found if c.claim.startswith("bridge")]  # one device: no bridge yet
 
 
 def test_the_rescale_rule_per_rung_needs_3_of_4_damaged_seeds():
@@ -109,6 +110,6 @@ def test_the_rescale_rule_per_rung_needs_3_of_4_damaged_seeds():
         cut = t[(t["boundary"] == "norm->none") & (t["metric"] == "accuracy")]
         return pd.concat([t, cut.assign(boundary="norm->rescale", value=0.9)], ignore_index=True)  # full recovery
 
-    rescale = lambda t: {c["claim"]: c["outcome"] for c in e5.claims(e5.summarize(t))}["rescale 412,288 params"]  # noqa: E731
+    rescale = lambda t: {c.claim: c.outcome for c in e5.judge(e5.summarize(t))}["rescale 412,288 params"]  # noqa: E731
     assert rescale(table([0.3, 0.3, 0.3, 0.0])) == "agreement"
     assert rescale(table([0.3, 0.3, 0.0, 0.0])) == "undecided"

@@ -11,7 +11,6 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from dev.readout_check import stepwise_rule  # the rule before issue 31, kept once
 from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution, released_exit_steps
 from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, fit_prompts, make_prompts, probe
 
@@ -22,6 +21,20 @@ RELEASED_KEY = re.compile(
     r"|model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj"
     r"|input_layernorm|input_layernorm_2|post_attention_layernorm|post_attention_layernorm_2)\.weight)$"
 )
+
+
+def stepwise_rule(lam: torch.Tensor, threshold: float) -> torch.Tensor:
+    """(k, R) -> (R,) 1-based: the rule before issue 31, every product and partial sum rounded to lam's dtype
+    (also in dev/studies/e1-readout/readout_check.py, which compares it with the released rule; tests import
+    nothing from dev/)."""
+    k = lam.shape[0]
+    stop = torch.full(lam.shape[1:], k, dtype=torch.long, device=lam.device)
+    cumulative, survive = torch.zeros_like(lam[0]), torch.ones_like(lam[0])
+    for t in range(k):
+        cumulative = cumulative + lam[t] * survive
+        survive = survive * (1 - lam[t])
+        stop = torch.where((cumulative >= threshold) & (stop == k), t + 1, stop)
+    return stop
 
 
 def _tiny_tokenizer() -> PreTrainedTokenizerFast:
@@ -286,8 +299,8 @@ def test_released_exit_steps_match_the_released_code(dtype):
     """tests/data/released_exit_steps.json holds gate logits and the step the released remote code
     (`OuroForCausalLM.forward` of modeling_ouro.py, run once on the CPU with one-hot step states; no code of it
     is in this repository) reads for n = 1..8 under each early_exit_threshold / early_exit_step setting; made
-    by `dev/readout_check.py --released FILE --write-reference`. Rows: the bf16 case of issue 31, untouched
-    and saturated gates, random gates, and random rows where step-by-step rounding reads another step."""
+    by `dev/studies/e1-readout/readout_check.py --released FILE --write-reference`. Rows: the bf16 case of issue 31,
+    untouched and saturated gates, random gates, and random rows where step-by-step rounding reads another step."""
     case = next(c for c in json.loads(REFERENCE.read_text())["cases"] if c["dtype"] == dtype)
     # each step's gates contiguous, as a forward's are (the CPU's float32 sigmoid of a strided view can differ)
     lam = torch.sigmoid(torch.tensor(case["gate_logits"], dtype=getattr(torch, dtype)).T.contiguous())  # (8, R)

@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
@@ -36,6 +38,7 @@ def test_dockerfile_names_what_a_space_needs():
     assert "LOOPSCOPE_READ_ONLY=1" in " ".join(instructions("ENV"))
 
 
+@pytest.mark.slow
 def test_the_cmd_serves_a_healthy_read_only_dashboard(tmp_path):
     app = tmp_path / "app"  # the image's working directory: what the Dockerfile copies
     for name in ("engine", "dashboard", ".streamlit"):

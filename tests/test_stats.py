@@ -307,6 +307,7 @@ def test_wilcoxon_zeros_dropped_ties_and_edge_cases():
 
 
 @pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+@pytest.mark.slow
 def test_wilcoxon_tied_small_samples_equal_scipy_exactly(alternative):
     # m <= 13 nonzero differences with tied |d| take the vectorised sign-flip path; scipy's own
     # wilcoxon(method="auto") runs permutation_test there. Accuracy differences are multiples

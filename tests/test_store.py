@@ -139,6 +139,7 @@ def test_writability_is_probed_by_writing(tmp_path):
         Store(blocker / "sub").check_writable()
 
 
+@pytest.mark.slow
 def test_two_processes_asking_for_one_group_train_it_once(tmp_path):
     script = (
         "import sys; from dataclasses import replace; from engine.core.presets import smoke; "

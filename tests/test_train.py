@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from engine.core import tasks
@@ -14,6 +15,7 @@ def short(cfg, steps):
     return replace(cfg, train=replace(cfg.train, steps=steps))
 
 
+@pytest.mark.slow
 def test_smoke_training_learns_an_easy_difficulty():
     cfg = smoke("parity")
     result = train_group(cfg, [0], progress=False)

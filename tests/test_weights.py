@@ -15,6 +15,8 @@ from engine.core.store import MODEL, Store, WeightsNotKept, file_of, parquet_byt
 from engine.experiments import runs as experiments
 from engine.experiments.runs import ensure_runs, lighten, restore
 
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
 CFG = replace(smoke("parity"), train=replace(smoke("parity").train, steps=40))  # groups of 2 seeds
 WHY = "kept for one seed per training group"
 REPO = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@ per n; another result set overlaid."""
 
 import streamlit as st
 
-from dashboard import charts, data, ui, views
+from dashboard import caching, charts, data, ui, views
 from engine import paper
 
 st.title("Accuracy vs depth")
@@ -50,7 +50,7 @@ def computed() -> dict | None:
     }  # fmt: skip
 
 
-found = data.derived(key, computed)  # a repeat view (a rerun, another visitor) reuses it
+found = caching.derived(key, computed)  # a repeat view (a rerun, another visitor) reuses it
 if found is None:
     st.info("Nothing to draw: select at least one mode.")
     st.stop()

@@ -1,4 +1,4 @@
-"""E5, beyond the paper: agreement between training and running put to the test (SPEC §8).
+"""E5, beyond the paper: agreement between training and running put to the test (docs/design.md §8).
 
 Every number here is engine.experiments.e5.summarize's (cached in dashboard.data) and every verdict
 e5.claims', the README's "E5 predictions" rules written before E5 ran."""

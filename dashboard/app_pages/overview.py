@@ -1,8 +1,8 @@
 """Each claim of the paper as a card: the paper's figure, the measured one, the scale, a verdict, a link.
 
-Tables of the second design (rows with held-out items) are judged by the README's verdict rules
-(engine.experiments.verdicts.claims), under both analyses, at the held-out mean and the hardest held-out
-difficulty; the first study's tables keep their modules' own claims. This page imports nothing heavy:
+Every table is judged by its experiment's own claims (REGISTRY[e].claims: the README's verdict rules), under
+both analyses, at the held-out mean and the hardest held-out difficulty (a table without held-out items, the
+first study's or a smoke run's, on its in-range items). This page imports nothing heavy:
 dashboard.results computes (and caches on disk) the verdicts, so a new server draws it at once."""
 
 from pathlib import Path
@@ -66,17 +66,16 @@ BEYOND = {  # E5 goes beyond the paper: the claim is the paper's thesis, varied 
         "page": PAGES / "agreement.py",
     },
 }
-VERDICTS = {
-    True: ("reproduced", "green", ":material/check_circle:"),
-    False: ("not reproduced", "red", ":material/cancel:"),
+VERDICTS = {  # a card without a verdict (rule_card shows the verdicts)
     None: ("not run yet", "gray", ":material/hourglass_empty:"),
     "pending": ("no verdict yet", "blue", ":material/help:"),
 }
 SHORT = {"paper": "paper's", "paired": "paired"}  # the two analyses in a badge
 STUDY_NOTES = {
     "cpu-1layer": "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
-    "training (no held-out split), unpaired statistics, and a **parity-like control** for the chain (one ordered "
-    "chain: the answer is the root bit XOR the parity of the `not`s). The second design (preset `cpu`) replaces it.",
+    "training (no held-out split: judged by the second design's rules, its in-range items standing in for held-out "
+    "ones), and a **parity-like control** for the chain (one ordered chain: the answer is the root bit XOR the parity "
+    "of the `not`s). The second design (preset `cpu`) replaces it.",
     "gpu": "The GPU study, at the paper's scale (README, “The GPU study”): the second CPU study's parity (held-out "
     "lengths, T = 4) on the paper's 19M model, E2 and E3 with 16 seeds, and E5's ladder (412,288 parameters, the "
     "bridge also run on the CPU, to 19M) with the rescale surgery on every rung; judged by the second CPU study's "
@@ -121,7 +120,9 @@ def beyond_section(experiment: str, preset: str | None, prefix: str = "") -> Non
             columns = st.columns(2)
         with columns[i % 2], st.container(border=True):
             first = levels[0]
-            st.markdown(f"**{spec['card']} · {claim} · {task}**  \n{first['text']}  \n**Predicted:** {first['paper']}")
+            st.markdown(
+                f"**{spec['card']} · {claim} · {task}**  \n{first['text']}  \n**Predicted:** {first['criterion']}"
+            )
             st.markdown(
                 "  \n".join(f"{c['level']}: {results.badge(c['outcome'])} {c['measured']}" for c in levels)
                 + f"  \n**Scale:** {found['scale']}"
@@ -140,7 +141,9 @@ def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str
         if mean in found["levels"]
     )
     with st.container(border=True):
-        st.markdown(f"**{title}** &nbsp; {headline}  \n{c['text']}  \n**Paper:** {c['paper']}")
+        st.markdown(
+            f"**{title}** &nbsp; {headline}  \n{c['text']}  \n**Paper:** {c['paper']}  \n**Rule:** {c['criterion']}"
+        )
         analyses = c["analyses"]
         if experiment_claim in results.SAME_RULE:  # the README reads these the same way under both analyses
             analyses = {"both": analyses["paper"]}
@@ -180,10 +183,7 @@ def section(experiment: str, preset: str | None, prefix: str = "") -> None:
     for problem in found["problems"]:
         st.error(problem)
     query = {"preset": chosen} if len(tables) > 1 else {}
-    if found["rules"] == "verdicts":
-        cards = results.rule_cards(experiment, found["claims"])
-    else:
-        cards = found["claims"]
+    cards = results.rule_cards(experiment, found["claims"])
     if not cards:
         if found["problems"] and experiment == "e2":
             ui.not_run_yet("E2 trains both boundary modes from scratch over many seeds.", spec["command"])
@@ -200,15 +200,12 @@ def section(experiment: str, preset: str | None, prefix: str = "") -> None:
         page = NORMS if experiment == "e2" and c["claim"] == "d" else spec["page"]
         label = {NORMS: "Norm trajectories", ACCURACY: "Accuracy vs depth"}.get(page, "Open the page")
         params = query | {"task": c["task"]}
-        if found["rules"] == "verdicts" and experiment in ("e2", "e4"):  # the level the verdict is stated at
+        if experiment in ("e2", "e4"):  # the level the verdict is stated at
             params["difficulty"] = results.LEVELS[0]
         to = {"page": page, "label": label, "icon": ":material/arrow_forward:", "query_params": params}
         title = f"{spec['card']} ({c['claim']}) · {c['task']}"
         with columns[i % 2]:
-            if found["rules"] == "verdicts":
-                rule_card(title, (experiment, c["claim"]), c, found["scale"], to)
-            else:
-                card(title, c["text"], c["paper"], c["measured"], found["scale"], bool(c["reproduced"]), to)
+            rule_card(title, (experiment, c["claim"]), c, found["scale"], to)
 
 
 def study_note(study: str) -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import data
-from engine.cli import UsageError, parse_seeds
+from dashboard import data, ui
 from engine.core.presets import OWN_FOLDER, PRESETS, preset, tasks_of
+from engine.errors import UsageError
+from engine.inputs import parse_seeds  # the CLI's own check of --seeds
 from engine.runtime import jobs
 from engine.runtime.settings import redact, shown_path
 
@@ -45,8 +46,8 @@ def seeds_input() -> list[int] | None:
     )
     try:
         seeds = parse_seeds(text)
-    except UsageError as e:
-        st.error(str(e).replace("--seeds", "seeds"))
+    except UsageError as e:  # the sentence quotes what was typed (or linked): shown as text
+        st.error(ui.as_text(str(e).replace("--seeds", "seeds"), most=400))
         return None
     if len(seeds) > cap["max_seeds"]:
         st.error(f"{len(seeds)} seeds is over this deployment's cap of {cap['max_seeds']} (LOOPSCOPE_MAX_SEEDS).")

@@ -94,6 +94,7 @@ RANGES: dict[str, dict[str, Range]] = {
             str, note=f"empty (T every step), fixed:T, uniform:A-B or lognormal:MEAN:MAX, counts <= {MAX_LOOPS}"
         ),
         "checkpoint": Range(str, note="empty (none) or layer (activations recomputed per layer)"),
+        "precision": Range(str, note="fp32 or bf16: the CPU's matmuls and attention (a GPU trains in bf16 autocast)"),
     },
     "run": {"max_eval_loops": Range(int, 1, MAX_LOOPS, note="evaluated at n = 1..max_eval_loops")},
 }

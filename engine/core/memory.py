@@ -11,7 +11,7 @@ device trains with (fp32 on the CPU, bf16 autocast on CUDA), and adds up what au
 once). What grows with the batch is per item; the rest (under autocast, the weights' bf16 copies, made once
 per forward) is per member; both scale exactly with members x batch. With `train.checkpoint = "layer"`
 only each layer's input is kept per loop step, plus one layer's activations, recomputed in the backward.
-The count matches what an H200 measured to 1% (ACTIVATION_MARGIN); dev/gpu-check.sh re-measures it.
+The count matches what an H200 measured to 1% (ACTIVATION_MARGIN); dev/checks/gpu-check.sh re-measures it.
 """
 
 from __future__ import annotations
@@ -22,15 +22,24 @@ from functools import cache
 
 import torch
 
-from engine.core.presets import RunConfig
+from engine.core.presets import RunConfig, loop_schedule
 from engine.core.tasks import sample  # bound at import: the estimate's two items are not training draws
 
 GIB = 2**30
 CUDA_FIXED = 1.5 * GIB  # CUDA context, cuBLAS and cuDNN workspaces
 # The backward's transients over the saved activations. Without it the estimate is 4.54 + 55.7 GiB = 64.7 GB for
 # the `paper` parity group of 16 (eager) and 58.0 GB for 4 chain seeds, where an H200 measured 64.8 GB and 58.5 GB
-# (torch.cuda.max_memory_allocated, torch 2.11; issue 29): 0.2% and 1% more. dev/gpu-check.sh re-measures it.
+# (torch.cuda.max_memory_allocated, torch 2.11; issue 29): 0.2% and 1% more. dev/checks/gpu-check.sh re-measures it.
 ACTIVATION_MARGIN = 1.05
+# On the CPU (issue 41: peak RSS by ru_maxrss, training and evaluation in one process, against the estimate; the
+# table is in dev/LOG.md, 2026-12-05): the process itself (Python, torch, pandas and pyarrow imported: the smoke
+# preset trained and evaluated peaks at 0.39 GiB), and the backward's transients and glibc's allocator over the saved
+# activations: activations of at most 128 KiB a tensor (glibc's mmap threshold) come from its heap, where the
+# backward's frees leave holes (128 layers of the smoke model: 2.1x the activations counted); larger ones are mapped
+# and returned (the cpu-1layer preset: 1.2x; a batch of 65,536: 1.3x).
+CPU_FIXED = 0.45 * GIB
+CPU_MARGIN, CPU_MARGIN_SMALL, HEAP_TENSOR = 1.4, 2.2, 128 * 2**10
+EVAL_CHUNK = 256  # engine.core.evaluate.step_metrics' chunk: examples in one forward
 
 
 @dataclass(frozen=True)
@@ -40,17 +49,21 @@ class MemoryEstimate:
     activation_bytes: int  # saved for the backward of the longest training step
     fixed_bytes: int
     checkpoint: str
+    eval_bytes: int = 0  # the evaluation after training, on the CPU (eval_bytes)
+    margin: float = ACTIVATION_MARGIN
 
     @property
     def peak_bytes(self) -> int:
-        return int(self.state_bytes + ACTIVATION_MARGIN * self.activation_bytes + self.fixed_bytes)
+        return int(self.state_bytes + self.margin * self.activation_bytes + self.eval_bytes + self.fixed_bytes)
 
     def sentence(self, device: str) -> str:
         how = ", activations checkpointed per layer" if self.checkpoint == "layer" else ""
         return (
             f"estimated peak memory on {device}: {self.peak_bytes / GIB:.1f} GiB for {self.members} seed(s) "
             f"(weights and optimizer {self.state_bytes / GIB:.2f} GiB, activations "
-            f"{self.activation_bytes / GIB:.1f} GiB{how})"
+            f"{self.activation_bytes / GIB:.1f} GiB{how}"
+            + (f", evaluation {self.eval_bytes / GIB:.1f} GiB" if self.eval_bytes else "")
+            + ")"
         )
 
 
@@ -63,8 +76,8 @@ def longest_sequence(cfg: RunConfig) -> int:
 def _saved_bytes(cfg: RunConfig, kind: str, items: int) -> int:
     """Bytes autograd saves in one training forward of one member on `items` items of the longest training sequence,
     each storage counted once, parameters not counted."""
+    from engine.core import model as model_module
     from engine.core.model import build
-    from engine.core.train import loop_schedule
 
     loops = max(loop_schedule(cfg.train_loops, cfg.train.steps)) if cfg.train.loops else cfg.model.trained_loops
     seq = longest_sequence(cfg)
@@ -81,8 +94,13 @@ def _saved_bytes(cfg: RunConfig, kind: str, items: int) -> int:
         return t
 
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=kind == "cuda")
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
-        out = model(tokens, loops, all_positions=True, readout_steps="all" if cfg.train.loss_over_steps else "last")
+    lever = model_module.CPU_BF16_MATH_ATTENTION  # a GPU runs PyTorch's own attention kernel: count what it saves
+    model_module.CPU_BF16_MATH_ATTENTION = lever and kind != "cuda"
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+            out = model(tokens, loops, all_positions=True, readout_steps="all" if cfg.train.loss_over_steps else "last")
+    finally:
+        model_module.CPU_BF16_MATH_ATTENTION = lever
     del out
     return sum(seen.values())
 
@@ -106,6 +124,7 @@ def estimate(cfg: RunConfig, members: int, device: str) -> MemoryEstimate:
     items = members * cfg.train.batch_size
     activations = per_item * items + per_member * members
     checkpoint = getattr(cfg.train, "checkpoint", "none")
+    tensor = items * longest_sequence(cfg) * cfg.model.d_model * 4  # one activation of the group, fp32
     if checkpoint == "layer":  # each layer's input at every step, and one layer's activations recomputed at a time
         calls = cfg.model.layers_per_block * cfg.model.trained_loops
         activations = items * (calls * state_per_item + per_item // calls) + per_member * members
@@ -113,9 +132,31 @@ def estimate(cfg: RunConfig, members: int, device: str) -> MemoryEstimate:
         members=members,
         state_bytes=16 * cfg.model.n_params * members,
         activation_bytes=int(activations),
-        fixed_bytes=int(CUDA_FIXED if kind == "cuda" else 0),
+        fixed_bytes=int(CUDA_FIXED if kind == "cuda" else CPU_FIXED),
         checkpoint=checkpoint,
+        eval_bytes=0 if kind == "cuda" else eval_bytes(cfg, members),
+        margin=ACTIVATION_MARGIN if kind == "cuda" else CPU_MARGIN_SMALL if tensor < HEAP_TENSOR else CPU_MARGIN,
     )
+
+
+def eval_bytes(cfg: RunConfig, members: int) -> int:
+    """What the evaluation after training holds at its peak on the CPU (engine.core.evaluate.evaluate, one member and
+    one difficulty at a time): every difficulty's evaluation set (tasks.eval_set keeps them: tokens and targets in
+    int64), and for one difficulty the step metrics of every example at every loop step (the predictions counted per
+    token of the vocabulary, one_hot in int64, the choices, the norms and their copies), one chunk's forward, and the
+    rows of all members."""
+    n, E, V, d = cfg.max_eval_loops, cfg.task.eval_examples, cfg.model.vocab_size, cfg.model.d_model
+    seqs = [eval_sequence(cfg.task, x) for x in cfg.task.eval_difficulties]
+    sets = sum(E * (2 * seq + 1) * 8 for seq in seqs)
+    metrics = n * E * (V * 8 + 160)
+    forward = EVAL_CHUNK * max(seqs) * (6 * d + 2 * cfg.model.d_ff) * 4 + n * EVAL_CHUNK * V * 8
+    rows = len(seqs) * 7 * n * members * 200
+    return sets + metrics + forward + rows
+
+
+@cache
+def eval_sequence(task, difficulty: int) -> int:
+    return sample(task, difficulty, 2, torch.Generator().manual_seed(0)).tokens.shape[-1]
 
 
 def available(device: str) -> int:

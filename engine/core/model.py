@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BOUNDARIES = ("norm", "none")  # the modes a model is trained with
 RUN_MODES = (*BOUNDARIES, "rescale")  # the modes it can be run in
@@ -122,6 +123,22 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos.to(x.dtype) + torch.cat([-x2, x1], -1) * sin.to(x.dtype)
 
 
+CPU_BF16_MATH_ATTENTION = True  # causal_attention's lever (the bench turns it off to measure it)
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal scaled dot-product attention. In bf16 on the CPU through SDPA's math backend: for the tasks' short
+    sequences (about 13 tokens) the flash kernel's backward took 47% of a bf16 step at the paper size, and the math
+    backend ran forward + backward there at 594 GFLOP/s against 384 (issue 44, 2-core AMX Xeon); a whole bf16 step of
+    the `cpu` preset's model 1.20x faster with it (16 seeds, 2 threads), 0.98x (4 seeds, 1 thread; 2026-12-05, loaded
+    machine; `loopscope bench --only precision`, attn_math_ratio). fp32 and the GPU keep PyTorch's own choice (so the
+    shipped fp32 runs are unchanged)."""
+    if CPU_BF16_MATH_ATTENTION and q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Attention(nn.Module):
     def __init__(self, members: int, cfg: ModelConfig):
         super().__init__()
@@ -136,7 +153,7 @@ class Attention(nn.Module):
             for p in (self.q_proj, self.k_proj, self.v_proj)
         )
         q, k = rope(q, *rope_cs), rope(k, *rope_cs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = causal_attention(q, k, v)
         return self.o_proj(y.transpose(1, 2).reshape(S, B, T, C))
 
 

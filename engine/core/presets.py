@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+import torch
+
+from engine.core import tasks
 from engine.core.limits import MAX_LOOPS, check_fields
 from engine.core.model import BOUNDARIES, ModelConfig
 from engine.core.tasks import MAX_VARIABLES, TASK_NAMES, VOCAB_SIZE, TaskConfig
@@ -22,7 +27,7 @@ ARCHS = ("looped", "stacked")
 def parse_loops(spec: str) -> tuple[str, tuple[int, ...]]:
     """A training loop-count distribution by name: `fixed:T`, `uniform:A-B` (each of A..B equally often) or
     `lognormal:MEAN:MAX` (the log-normal Poisson of recurrent-depth models, mean MEAN, clipped to MAX;
-    engine.core.train.loop_schedule). Returns (kind, numbers); ValueError with a sentence otherwise."""
+    loop_schedule). Returns (kind, numbers); ValueError with a sentence otherwise."""
     kind, _, rest = spec.partition(":")
     try:
         numbers = tuple(int(x) for x in rest.replace("-", ":").split(":"))
@@ -42,6 +47,33 @@ def parse_loops(spec: str) -> tuple[str, tuple[int, ...]]:
     return kind, numbers
 
 
+LOGNORMAL_SIGMA = 0.5  # the log-normal Poisson's sigma, as recurrent-depth models use (Geiping et al. 2025)
+
+
+def loop_schedule(spec: str, steps: int) -> list[int]:
+    """The loop count of each of `steps` training steps, drawn from the distribution `spec` (presets.parse_loops;
+    RunConfig.train_loops) by a generator seeded from its name alone: the same for every seed of a group, and no
+    other random stream is touched, so the default (T every step) trains exactly as before the option existed.
+
+    uniform:A-B    each of A..B equally often
+    lognormal:M:X  n = 1 + Poisson(exp(tau)), tau ~ Normal(log(M - 1) - sigma^2/2, sigma): mean M (the
+                   Poisson rate has mean M - 1) with a heavy right tail; clipped to X
+    """
+    kind, numbers = parse_loops(spec)
+    if kind == "fixed":
+        return [numbers[0]] * steps
+    g = torch.Generator().manual_seed(tasks.derive_seed("loops", spec))
+    if kind == "uniform":
+        return torch.randint(numbers[0], numbers[1] + 1, (steps,), generator=g).tolist()
+    mean, top = numbers
+    mu = math.log(mean - 1) - LOGNORMAL_SIGMA**2 / 2
+    tau = torch.normal(torch.full((steps,), mu, dtype=torch.float64), LOGNORMAL_SIGMA, generator=g)
+    return (torch.poisson(tau.exp(), generator=g) + 1).clamp(max=top).long().tolist()
+
+
+PRECISIONS = ("fp32", "bf16")  # train.precision (engine.core.train.resolve_precision also takes "auto")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 2000
@@ -55,6 +87,9 @@ class TrainConfig:
     group_size: int = 16  # seeds trained as one batch: seed s always trains with seeds G*(s//G) .. G*(s//G)+G-1
     loops: str = ""  # loop count of each step (parse_loops); "": the model's trained_loops T, every step
     checkpoint: str = ""  # "layer": keep only each layer's input for the backward, recompute the rest (more compute)
+    # the CPU's matmul and attention precision (engine.core.train.dtype_policy): "fp32" (every run before it existed),
+    # or "bf16" (autocast; fp32 weights, AdamW state, loss and evaluation). A GPU trains under bf16 autocast either way
+    precision: str = "fp32"
 
     def __post_init__(self):
         check_fields(self, "train")  # types and ranges: engine.core.limits.RANGES
@@ -62,6 +97,12 @@ class TrainConfig:
             parse_loops(self.loops)
         if self.checkpoint not in ("", "layer"):
             raise ValueError(f'train.checkpoint must be "" (none) or "layer", got {self.checkpoint!r}.')
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"train.precision must be fp32 or bf16, got {str(self.precision)[:40]!r}.")
+
+
+# TrainConfig fields added after runs were stored, with the default at which to_dict leaves each out (so old keys stand)
+TRAIN_ADDED = {"loops": "", "checkpoint": "", "precision": "fp32"}
 
 
 @dataclass(frozen=True)
@@ -105,8 +146,8 @@ class RunConfig:
         """The config as stored in manifests and hashed into run keys; `train.loops` only where it is not the
         default, so runs from before the field existed keep their keys and manifests."""
         d = asdict(self)
-        for field in ("loops", "checkpoint"):  # added later: left out at their defaults, so old keys stand
-            if not getattr(self.train, field):
+        for field, default in TRAIN_ADDED.items():  # added later: left out at their defaults, so old keys stand
+            if getattr(self.train, field) == default:
                 del d["train"][field]
         return d
 
@@ -125,7 +166,7 @@ class RunConfig:
         for name, section in (("model", ModelConfig), ("task", TaskConfig), ("train", TrainConfig)):
             if not isinstance(d[name], dict):
                 raise ValueError(f"{name} must be a JSON object of its fields, got {d[name]!r:.40}.")
-            optional = ("loops", "checkpoint") if name == "train" else ()  # left out at their defaults
+            optional = tuple(TRAIN_ADDED) if name == "train" else ()  # left out at their defaults
             _all_named(d[name], [f.name for f in fields(section) if f.name not in optional], name, optional)
             made[name] = section(**d[name])
         return cls(made["model"], made["task"], made["train"], d["max_eval_loops"])
@@ -181,12 +222,12 @@ PAPER_MODEL = ModelConfig(VOCAB_SIZE, d_model=512, n_heads=8, d_ff=1376, layers_
 
 
 def cpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
-    """The second CPU study (SPEC §7): held-out in-range items, two layers per block, T = 4, 16-seed groups.
+    """The second CPU study (docs/design.md §7): held-out in-range items, two layers per block, T = 4, 16-seed groups.
 
     Parity trains on lengths 7-12 (the upper half holds out 512-2,048 items each) and is evaluated to 16. The
     chain is the ordered single chain, a parity-like control: no interleaved chain that needs retrieval by
-    name trained at this size within the search budget (dev/LOG.md, 2026-12-03). Recipe: dev/recipe_probe.py,
-    chosen only on norm-trained held-out accuracy at n = T."""
+    name trained at this size within the search budget (dev/LOG.md, 2026-12-03). Recipe:
+    dev/studies/cpu-second-design/recipe_probe.py, chosen only on norm-trained held-out accuracy at n = T."""
     t = (
         SECOND_STUDY_PARITY
         if task == "parity"
@@ -228,7 +269,8 @@ def paper(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
 
 
 # The GPU study's recipe candidates (README, "The GPU study: predictions and rules"), in the order the recipe probe
-# (dev/gpu_recipe.py) runs them on the 19M model; the group size is the caller's (the probe: seeds 0-3 as one group).
+# (dev/studies/gpu-study/gpu_recipe.py) runs them on the 19M model; the group size is the caller's (the probe:
+# seeds 0-3 as one group).
 GPU_RECIPES = {
     "R1": TrainConfig(steps=2000, batch_size=64, lr=1e-3),  # the `cpu` recipe
     "R2": TrainConfig(steps=2000, batch_size=64, lr=5e-4),
@@ -241,8 +283,8 @@ GPU_RECIPE = "R1"
 
 
 def gpu(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
-    """The GPU study (SPEC §9): the second CPU study's parity on the paper's 19M model, trained with the adopted
-    recipe (GPU_RECIPE), 16 seeds a group. Parity only: the chain enters the study only through its search.
+    """The GPU study (docs/design.md §9): the second CPU study's parity on the paper's 19M model, trained with the
+    adopted recipe (GPU_RECIPE), 16 seeds a group. Parity only: the chain enters the study only through its search.
 
     engine.core.memory's estimates for a group of 16 on a GPU (batch 64, any of R1-R3): looped 17.7 GiB, stacked
     32.9 GiB (76M parameters), so nothing is checkpointed (every group fits one 80 GB GPU; tested)."""
@@ -305,10 +347,29 @@ def tasks_of(preset_name: str) -> tuple[str, ...]:
     return TASKS_OF.get(preset_name, TASK_NAMES)
 
 
+_PRECISION = {"value": "fp32"}  # the precision preset() gives every config (precision_override; fp32: as defined)
+
+
+@contextmanager
+def precision_override(precision: str):
+    """Within it, every config preset() makes trains in `precision` (train.precision): how `loopscope run
+    --precision` gives one study one precision, whichever experiment builds its configs."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"train.precision must be fp32 or bf16, got {str(precision)[:40]!r}.")
+    before, _PRECISION["value"] = _PRECISION["value"], precision
+    try:
+        yield
+    finally:
+        _PRECISION["value"] = before
+
+
 def preset(name: str, task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
-    return PRESETS[name](task, boundary, arch)
+    cfg = PRESETS[name](task, boundary, arch)
+    if _PRECISION["value"] != cfg.train.precision:
+        cfg = replace(cfg, train=replace(cfg.train, precision=_PRECISION["value"]))
+    return cfg
 
 
 def train_ranges(preset_name: str, tasks) -> dict[str, tuple[int, ...]]:

@@ -171,7 +171,7 @@ def utc_now() -> str:
 def git_state() -> tuple[str, bool]:
     """The repository's HEAD commit ("" if unknown) and whether tracked files differ from it. A copy of the tree
     without its .git (a remote GPU machine's) takes the commit from $LOOPSCOPE_COMMIT, set by whoever sent a clean
-    tree of that commit (dev/gpu-study.sh's README command), and $LOOPSCOPE_DIRTY=1 if it was not clean."""
+    tree of that commit (dev/studies/gpu-study/gpu-study.sh's command), and $LOOPSCOPE_DIRTY=1 if it was not clean."""
     if not (REPO / ".git").exists() and os.environ.get("LOOPSCOPE_COMMIT"):
         return os.environ["LOOPSCOPE_COMMIT"].strip(), os.environ.get("LOOPSCOPE_DIRTY", "") == "1"
     try:

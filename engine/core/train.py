@@ -32,11 +32,9 @@ from tqdm.auto import tqdm
 
 from engine.core import tasks
 from engine.core.model import LoopedLM, build
-from engine.core.presets import RunConfig, parse_loops
+from engine.core.presets import RunConfig, loop_schedule
 from engine.core.store import atomic_write
 from engine.errors import UsageError
-
-LOGNORMAL_SIGMA = 0.5  # the log-normal Poisson's sigma, as recurrent-depth models use (Geiping et al. 2025)
 
 
 class NonFiniteLoss(UsageError):
@@ -88,46 +86,79 @@ def warmup_cosine(warmup: int, steps: int, min_ratio: float) -> Callable[[int], 
     return factor
 
 
-def loop_schedule(spec: str, steps: int) -> list[int]:
-    """The loop count of each of `steps` training steps, drawn from the distribution `spec` (presets.parse_loops;
-    RunConfig.train_loops) by a generator seeded from its name alone: the same for every seed of a group, and no
-    other random stream is touched, so the default (T every step) trains exactly as before the option existed.
-
-    uniform:A-B    each of A..B equally often
-    lognormal:M:X  n = 1 + Poisson(exp(tau)), tau ~ Normal(log(M - 1) - sigma^2/2, sigma): mean M (the
-                   Poisson rate has mean M - 1) with a heavy right tail; clipped to X
-    """
-    kind, numbers = parse_loops(spec)
-    if kind == "fixed":
-        return [numbers[0]] * steps
-    g = torch.Generator().manual_seed(tasks.derive_seed("loops", spec))
-    if kind == "uniform":
-        return torch.randint(numbers[0], numbers[1] + 1, (steps,), generator=g).tolist()
-    mean, top = numbers
-    mu = math.log(mean - 1) - LOGNORMAL_SIGMA**2 / 2
-    tau = torch.normal(torch.full((steps,), mu, dtype=torch.float64), LOGNORMAL_SIGMA, generator=g)
-    return (torch.poisson(tau.exp(), generator=g) + 1).clamp(max=top).long().tolist()
-
-
 def lr_lambda(cfg: RunConfig) -> Callable[[int], float]:
     return warmup_cosine(cfg.train.warmup_steps, cfg.train.steps, cfg.train.min_lr_ratio)
 
 
-def adamw(decay: list, no_decay: list, lr: float, weight_decay: float) -> torch.optim.AdamW:
+def adamw(decay: list, no_decay: list, lr: float, weight_decay: float, fused: bool | None = None) -> torch.optim.AdamW:
     """AdamW as every loop here uses it: weight decay on matrices only, betas (0.9, 0.95); the fused CUDA kernel
-    on a GPU (one launch for every tensor), the multi-tensor one on the CPU (whose rounding the shipped runs have)."""
+    on a GPU (one launch for every tensor), the multi-tensor one on the CPU (whose rounding the shipped runs have).
+    fused: the fused kernel (True) or the multi-tensor one (False) whatever the device (CPU_BF16_FUSED_ADAMW)."""
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     on_gpu = all(p.is_cuda for p in decay + no_decay)
-    fast = {"fused": True} if on_gpu else {"foreach": True}
+    fast = {"fused": True} if (on_gpu if fused is None else fused) else {"foreach": True}
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.95), **fast)
 
 
-def dtype_policy(device: str, is_compiled: bool) -> str:
-    """How a device trains and evaluates, as manifests record it."""
+def dtype_policy(device: str, is_compiled: bool, precision: str = "fp32") -> str:
+    """How a device trains and evaluates, as manifests record it (train.precision: the CPU's; a GPU is bf16 always)."""
     if device == "cuda":
         how = "torch.compile per decoder layer (dynamic shapes), " if is_compiled else ""
         return f"cuda: {how}bf16 autocast for matmuls and attention, fp32 weights, AdamW (fused) and evaluation"
+    if precision == "bf16":
+        how = ", torch.compile" if is_compiled else ""
+        opt = "fused" if CPU_BF16_FUSED_ADAMW else "foreach"
+        return (f"cpu: bf16 autocast for matmuls and attention (SDPA math backend){how}, fp32 weights, AdamW "
+                f"({opt}) state, loss and evaluation")  # fmt: skip
     return f"cpu: fp32 throughout{', torch.compile' if is_compiled else ''}"
+
+
+# `auto` precision (resolve_precision): bf16 only on a CPU with native bf16 and for a model of at least this many
+# parameters (one member). Measured 2026-12-05 on a 2-core Xeon with AMX (amx_bf16, avx512_bf16), a whole training
+# step at the hardest batch of 64, fp32 time / bf16 time in one process (`loopscope bench --only precision`), the
+# machine loaded by other work (load 4-16): the `cpu` preset's model (105,792 parameters) 1.38x (16 seeds, 2 threads)
+# and 1.39x (4 seeds, 1 thread), but 0.83x on a quieter machine with neither lever below (issue 44): not a sure gain;
+# E5's 1.6M rung (1,627,392) 1.51x (1 seed, 1 thread); the paper's 19M model 2.30x (1 seed, 1 thread; 1.48x with
+# neither lever, issue 44).
+# So the line sits between them, where every measurement agrees that bf16 pays.
+AUTO_BF16_MIN_PARAMS = 1_000_000
+# AdamW's fused CPU kernel in bf16 training (fp32 keeps foreach: the shipped runs' rounding). Measured beside it
+# (foreach time / fused time of the whole bf16 step, `cpu` preset's model): 1.08x (16 seeds), 1.04x (4 seeds)
+CPU_BF16_FUSED_ADAMW = True
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of a CPU that multiplies bf16 natively
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (/proc/cpuinfo; empty where there is none, e.g. macOS)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def resolve_precision(asked: str, cfg: RunConfig, device: str = "cpu") -> tuple[str, str]:
+    """train.precision for `asked` (fp32, bf16 or auto) on `device`, and why. auto: bf16 only on a CPU that has
+    native bf16 (CPU_BF16_FLAGS) and for a model large enough to gain (AUTO_BF16_MIN_PARAMS); fp32 on a GPU (it
+    trains under bf16 autocast whatever the field says, and its run keys stay those of the GPU study)."""
+    if asked in ("fp32", "bf16"):
+        return asked, f"{asked} as asked"
+    if asked != "auto":
+        raise ValueError(f"precision must be fp32, bf16 or auto, got {str(asked)[:40]!r}.")
+    if device == "cuda":
+        return "fp32", "a GPU trains under bf16 autocast whatever train.precision says, so the key keeps fp32"
+    native = sorted(set(CPU_BF16_FLAGS) & cpu_flags())
+    if not native:
+        return "fp32", (f"this CPU has no native bf16 ({' or '.join(CPU_BF16_FLAGS)} is not among its flags): bf16 "
+                        "would be emulated, slower than fp32")  # fmt: skip
+    n = cfg.model.n_params
+    if n < AUTO_BF16_MIN_PARAMS:
+        return "fp32", (f"the model has {n:,} parameters, below the {AUTO_BF16_MIN_PARAMS:,} at which bf16 pays on "
+                        "this kind of CPU: its matmuls are too small to gain")  # fmt: skip
+    return "bf16", f"this CPU has native bf16 ({', '.join(native)}) and the model has {n:,} parameters"
 
 
 def compile_wanted(device: str) -> bool:
@@ -243,6 +274,17 @@ def load_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], model, opt, sc
     return done
 
 
+def checkpoint_header(path: Path) -> dict | None:
+    """A checkpoint's JSON header (step, config, seeds; save_checkpoint's `meta`) without reading its tensors, or None
+    if the file is not a readable checkpoint: what `loopscope list` shows of a training killed midway."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["loopscope"])
+        return meta if isinstance(meta, dict) and isinstance(meta.get("step"), int) else None
+    except Exception:
+        return None
+
+
 def train_group(
     cfg: RunConfig,
     seeds: list[int],
@@ -273,14 +315,15 @@ def train_group(
     decay = [p for p in model.parameters() if p.dim() == 3]  # matrices and embeddings
     no_decay = [p for p in model.parameters() if p.dim() != 3]  # RMSNorm gains
     t = cfg.train
-    opt = adamw(decay, no_decay, t.lr, t.weight_decay)
+    cpu_bf16 = device == "cpu" and t.precision == "bf16"  # fp32 on the CPU: exactly as the shipped runs trained
+    opt = adamw(decay, no_decay, t.lr, t.weight_decay, fused=CPU_BF16_FUSED_ADAMW if cpu_bf16 else None)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
     generators = [tasks.train_generator(s) for s in seeds]
     schedule = tasks.difficulty_schedule(cfg.task, t.steps)
     loops = loop_schedule(cfg.train_loops, t.steps)
     params = list(model.parameters())
     losses = torch.empty(t.steps, len(seeds))
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda" or cpu_bf16)
     start = 0
     if checkpoint_path is not None:
         start = load_checkpoint(Path(checkpoint_path), cfg, seeds, model, opt, sched, generators, losses)
@@ -306,5 +349,5 @@ def train_group(
         if on_step is not None:
             on_step(done, t.steps, float(losses[step].mean()))
     peak = torch.cuda.max_memory_allocated() / GIB if device == "cuda" else None
-    return TrainResult(model, losses, time.perf_counter() - t0, device, start, dtype_policy(device, compile), peak,
-                       est.peak_bytes / GIB)  # fmt: skip
+    policy = dtype_policy(device, compile, t.precision)
+    return TrainResult(model, losses, time.perf_counter() - t0, device, start, policy, peak, est.peak_bytes / GIB)

@@ -4,7 +4,10 @@ A module in REGISTRY provides:
     TITLE, TASKS                                  what it is called, the tasks it runs
     trainings(preset, tasks) -> [(RunConfig, label)]   the trainings it starts (the fan-outs and the bench read it)
     run(preset, seeds, store, device, tasks, progress) -> rows   compute what is missing, write its table
-    summarize(rows, preset) -> DataFrame; claims(summary, trained_loops) -> [dict]; report(rows, preset) -> str
+    summarize(rows, preset) -> DataFrame          its table of estimates (the per-n table `loopscope run` prints)
+    claims(rows, preset) -> [verdicts.Claim]      its verdicts, the one judge of its table: the CLI, the dashboard
+                                                  and the report print these and nothing else
+    report(rows, preset) -> str                   the estimates and the verdicts, as `loopscope run` prints them
 and may provide
     seeds_for(preset, cfg, seeds) -> seeds       the requested seeds a training uses (E5's ladder: the first 4)
 

@@ -27,20 +27,19 @@ import pandas as pd
 import torch
 from safetensors.torch import save as save_safetensors
 
-from engine import paper
 from engine.core import stats, tasks
 from engine.core.presets import RunConfig, preset, train_ranges
-from engine.core.store import RESULT_COLUMNS, ROWS, Store, parquet_bytes, provenance
+from engine.core.store import ROWS, Store, parquet_bytes, provenance
 from engine.core.tasks import TASK_NAMES
 from engine.experiments import refit as rf
-from engine.experiments.runs import ensure_runs, group_id, load_models
-from engine.experiments.verdicts import IN_RANGE, plateaued
+from engine.experiments import verdicts
+from engine.experiments.runs import REFIT_COLUMNS, ensure_runs, group_id, load_models, refit_store
+from engine.experiments.verdicts import IN_RANGE, Claim, plateaued
 
 TITLE = "readout refit"
 TASKS = TASK_NAMES
-COLUMNS = [*RESULT_COLUMNS, "refit_target", "refit_steps", "split"]
+COLUMNS = list(REFIT_COLUMNS)
 ORIGINAL, STATE = "original", "refit.safetensors"
-HEAD_LO, HEAD_HI = paper.HEAD_RECOVERY_RANGE
 REFIT = {
     "smoke": rf.RefitConfig(schedule=(0, 25, 50, 100, 200, 400), lr=3e-3),
     "cpu": rf.RefitConfig(targets=("head", "head+last", "head+first"), schedule=(0, 50, 100, 200, 400, 800)),
@@ -50,11 +49,6 @@ REFIT = {
     "gpu": rf.RefitConfig(targets=("head", "head+last"), schedule=(0, 50, 100, 200, 400, 800)),
     "gpu-smoke": rf.RefitConfig(targets=("head", "head+last"), schedule=(0, 5, 10, 20), lr=3e-3),
 }
-
-
-def refit_store(store: Store) -> Store:
-    """The refits' own store: <root>/refits/<refit_key>/ with E3's rows (two more columns) and weights."""
-    return Store(store.root, folder="refits", columns=tuple(COLUMNS))
 
 
 def refit_key(run_key: str, cfg: rf.RefitConfig) -> str:
@@ -264,36 +258,11 @@ def at(summary: pd.DataFrame, task: str, target: str, n: int) -> pd.Series | Non
     return None if s.empty else s.sort_values("refit_steps").iloc[-1]
 
 
-def claims(summary: pd.DataFrame, trained_loops: dict[str, int]) -> list[dict]:
-    """The paper's E3 claims at n = T and the last refit step: (a) the head alone recovers about a third
-    (verdict: mean recovery in paper.HEAD_RECOVERY_RANGE) and plateaus; (b) head + last layer recovers all
-    (>= paper.FULL_RECOVERY)."""
-    out = []
-    for task in summary["task"].unique():
-        T = trained_loops[task]
-        for claim, target, text in (("a", "head", "about a third and plateaus"), ("b", "head+last", "all of it")):
-            r = at(summary, task, target, T)
-            if r is None or not np.isfinite(r["mean"]):
-                why = (
-                    "not run"
-                    if r is None
-                    else f"no damage to recover (original - removed < {paper.MIN_REFIT_GAP} for every seed)"
-                )
-                measured, ok = why, False
-            else:
-                measured = (
-                    f"recovery {r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] at n=T={T} after "
-                    f"{r['refit_steps']} steps ({r['n']} seeds, {r['n_guarded']} guarded); plateau: {r['plateau']}"
-                ) + (f"; the same parameters as {r['same_as']}" if r.get("same_as") else "")
-                ok = (
-                    HEAD_LO <= r["mean"] <= HEAD_HI and r["plateau"]
-                    if claim == "a"
-                    else r["mean"] >= paper.FULL_RECOVERY
-                )
-            claimed = f"recovers {'about 1/3, plateau' if claim == 'a' else 'all of it'}"
-            text = f"refitting {target} recovers {text}"
-            out.append(dict(task=task, claim=claim, text=text, paper=claimed, measured=measured, reproduced=bool(ok)))
-    return out
+def claims(rows: pd.DataFrame, preset_name: str) -> list[Claim]:
+    """E3 by the README's verdict rules (engine.experiments.verdicts.e3_claims) at n = T after the last refit step,
+    at the held-out mean and the hardest held-out difficulty; a table without held-out items is judged on its
+    in-range ones."""
+    return verdicts.e3_claims(verdicts.judged_items(rows, train_ranges(preset_name, rows["task"].unique())))
 
 
 def format_summary(summary: pd.DataFrame) -> str:
@@ -322,8 +291,5 @@ def format_summary(summary: pd.DataFrame) -> str:
 
 
 def report(rows: pd.DataFrame, preset_name: str) -> str:
-    from engine.experiments.e2 import claim_lines
-
-    summary = summarize(rows, preset_name)
-    trained = {t: preset(preset_name, t).model.trained_loops for t in summary["task"].unique()}
-    return "\n".join([format_summary(summary), "", *claim_lines(claims(summary, trained))])
+    """What `loopscope run e3` prints: the recovery table, then the verdicts."""
+    return "\n".join([format_summary(summarize(rows, preset_name)), *verdicts.lines(claims(rows, preset_name))])

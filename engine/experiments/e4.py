@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine import paper
 from engine.core import stats
 from engine.core.model import BOUNDARIES
-from engine.core.presets import RunConfig, preset
+from engine.core.presets import RunConfig, preset, train_ranges
 from engine.core.store import Store
 from engine.core.tasks import TASK_NAMES
+from engine.experiments import verdicts
+from engine.experiments.verdicts import Claim
 
 TITLE = "looped vs stacked"
-NEGLIGIBLE = paper.DELTA_MAGNITUDES[0][0]
 TASKS = TASK_NAMES
 AXES = {"n": "inference loop count n", "ratio": "overshoot ratio n/T", "difference": "overshoot n − T"}
 
@@ -90,38 +90,13 @@ def summarize(rows: pd.DataFrame, preset_name: str | None = None) -> pd.DataFram
     return pd.concat([compare(rows, axis) for axis in AXES], ignore_index=True)
 
 
-def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dict]:
-    """Looping's advantage at equal n, and what is left of it at matched overshoot ratio (norm mode),
-    from summarize()'s table (each row's own T is in the rows already)."""
-    out = []
-    norm = summary[summary["mode"] == "norm"]
-    equal, matched = norm[norm["axis"] == "n"], norm[norm["axis"] == "ratio"]
-    for task in sorted(equal["task"].unique()):
-        e, m = equal[equal["task"] == task], matched[matched["task"] == task]
-        e = e[e["x"] > 1]  # at n = 1 neither has overshot... the stacked one is at its budget
-        vanished = bool(((m["delta"].abs() < NEGLIGIBLE) | (m["p_value"] >= paper.ALPHA)).all())
-        out.append(
-            {
-                "task": task,
-                "claim": "equal n",
-                "text": "looping is better than stacking at equal inference loop count",
-                "paper": "an advantage of looping at equal n",
-                "measured": f"mean gap {e['gap'].mean():+.3f}, mean delta {e['delta'].mean():+.3f} over n = 2..",
-                "reproduced": bool(e["gap"].mean() > 0 and (e["delta"] > NEGLIGIBLE).mean() >= 0.5),
-            }
-        )
-        out.append(
-            {
-                "task": task,
-                "claim": "matched n/T",
-                "text": "at matched overshoot the advantage vanishes or shrinks",
-                "paper": "vanishes on one task, shrinks on the other",
-                "measured": f"{'vanishes' if vanished else 'remains'}: mean gap {m['gap'].mean():+.3f} "
-                f"(equal n: {e['gap'].mean():+.3f}), max |delta| {m['delta'].abs().max():.3f}",
-                "reproduced": bool(vanished or abs(m["gap"].mean()) < abs(e["gap"].mean())),
-            }
-        )
-    return out
+def claims(rows: pd.DataFrame, preset_name: str) -> list[Claim]:
+    """E4 by the README's verdict rules (engine.experiments.verdicts.e4_table, e4_claims): looping's advantage at
+    equal n and what is left of it at matched overshoot, under both analyses, at the held-out mean and the hardest
+    held-out difficulty; a table without held-out items is judged on its in-range ones."""
+    judged = verdicts.judged_items(rows, train_ranges(preset_name, rows["task"].unique()))
+    table = verdicts.e4_table(judged)
+    return verdicts.e4_claims(table) if len(table) else []
 
 
 def format_summary(summary: pd.DataFrame) -> str:
@@ -141,7 +116,5 @@ def format_summary(summary: pd.DataFrame) -> str:
 
 
 def report(rows: pd.DataFrame, preset_name: str) -> str:
-    from engine.experiments.e2 import claim_lines
-
-    summary = summarize(rows, preset_name)
-    return "\n".join([format_summary(summary), "", *claim_lines(claims(summary))])
+    """What `loopscope run e4` prints: looped vs stacked per x, then the verdicts."""
+    return "\n".join([format_summary(summarize(rows, preset_name)), *verdicts.lines(claims(rows, preset_name))])

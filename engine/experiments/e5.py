@@ -1,4 +1,4 @@
-"""E5, beyond the paper: agreement itself put to the test (SPEC §8; README, "E5 predictions").
+"""E5, beyond the paper: agreement itself put to the test (docs/design.md §8; README, "E5 predictions").
 
 Four parts on the preset's models, one table `e5-<preset>` (the GPU study runs parts 3 and 4 only: PARTS):
   1. train mode x run mode  every E2 model (fixed T) run in both modes at n = 1..3T: `norm`, `none`, `norm->none`
@@ -29,8 +29,8 @@ summarize() is one long table, a row per estimate (`part`, `quantity`), levels (
   rescale  recovery: (A(norm->rescale) − A(norm->none)) / (A(norm) − A(norm->none)) per seed, NaN where the
            surgery cost < paper.MIN_REFIT_GAP (as E3); mean over the other seeds with its CI
   accuracy each boundary label's mean accuracy with its CI (the figures' curves)
-claims() applies the README's E5 rules; each claim says its `outcome` (agreement, normalisation, mixed,
-undecided, reported), and `reproduced` is whether it is "agreement", the paper's thesis.
+claims() applies the README's E5 rules (judge); each claim says its `outcome` (agreement, normalisation, mixed,
+undecided, reported).
 """
 
 from __future__ import annotations
@@ -47,9 +47,11 @@ from engine.core.model import BOUNDARIES
 from engine.core.presets import RunConfig, preset, tasks_of
 from engine.core.store import ROW_COLUMNS, Store, file_of
 from engine.core.tasks import TASK_NAMES
-from engine.experiments.verdicts import HARDEST, MEAN, MIN_DAMAGED, levels
+from engine.experiments import verdicts
+from engine.experiments.verdicts import HARDEST, MEAN, MIN_DAMAGED, Claim, levels
 
 TITLE = "agreement tested directly (beyond the paper)"
+BEYOND = "— (beyond the paper: inferred, never varied)"  # E5's claims have no figure of the paper
 TASKS = TASK_NAMES
 EXTRA = ["train_loops", "params", "train_steps"]
 COLUMNS = [*ROW_COLUMNS, *EXTRA]
@@ -385,7 +387,8 @@ def part2_outcome(ranged: pd.DataFrame, fixed: pd.DataFrame, inside: set[int]) -
     )  # fmt: skip
     return outcome, (
         f"inside n = {min(inside)}..{max(inside)}: none - norm max |mean| {r['mean'].abs().max():.3f}, "
-        f"none ahead (Holm p < {paper.ALPHA}) at {ahead:.0%} of n; fixed-T training separates there: {fixed_separates}"
+        f"none ahead (Holm p < {paper.ALPHA}) at {ahead:.0%} of n; fixed-T training separates there: "
+        f"{verdicts.yes_no(fixed_separates)}"
     )
 
 
@@ -409,10 +412,16 @@ def own_scale(s: pd.DataFrame) -> pd.DataFrame:
     return s.merge(own, on=["params", "train_steps"]) if len(own) == 1 else s
 
 
-def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dict]:
+def claims(rows: pd.DataFrame, preset_name: str) -> list[Claim]:
+    """E5's verdicts for its table (judge on summarize), with the ladder claim's post hoc note (common_seeds)."""
+    return common_seeds(judge(summarize(rows, preset_name)), rows)
+
+
+def judge(summary: pd.DataFrame) -> list[Claim]:
     """The README's E5 rules per task at levels (i) and (iii), on the preset's own scale (the models parts 1-2
     train); the ladder is reported, not judged. A table of the ladder alone (the GPU study: parts 3 and 4) has no
-    part 1-2 claims and part 4's rule per rung."""
+    part 1-2 claims and part 4's rule per rung. Each claim's outcome names the reading its rule supports
+    (agreement, normalisation, mixed, undecided, reported); its criterion is the prediction written before E5."""
     out = []
     for (task, level), s in summary.groupby(["task", "level"], sort=True):
         T = int(s["trained_loops"].iloc[0])
@@ -451,8 +460,40 @@ def claims(summary: pd.DataFrame, trained_loops: dict | None = None) -> list[dic
             least = RUNG_MIN_DAMAGED if ladder_table else MIN_DAMAGED
             found.append((name, text, rule, part4_outcome(r.iloc[0] if len(r) else None, least)))
         for name, text, predicted, (outcome, measured) in found:
-            out.append(dict(task=task, level=level, claim=name, text=text, paper=predicted, measured=measured,
-                            outcome=outcome, reproduced=outcome == "agreement", beyond_paper=True))  # fmt: skip
+            out.append(Claim(experiment="e5", task=task, claim=name, text=text, paper=BEYOND, measured=measured,
+                             criterion=predicted, analysis="paired", level=level, outcome=outcome,
+                             beyond_paper=True))  # fmt: skip
+    return out
+
+
+def common_seeds(found: list[Claim], rows: pd.DataFrame) -> list[Claim]:
+    """Post hoc, beside the ladder (reported, not judged): the E2-model rung averages 16 seeds, the other rungs
+    LADDER_SEEDS; the same damage (norm - norm->none per seed, mean) on the other rungs' seeds alone is added to the
+    ladder claim's measured text, so the rungs can be compared on the same seeds."""
+    acc = seed_accuracy(rows)
+    looped = acc[acc["train_loops"].str.startswith("fixed:")]
+    out = []
+    for c in found:
+        part = looped[(looped["task"] == c.task) & (looped["level"] == c.level)]
+        own = part[part["boundary"] == "none"][["params", "train_steps"]].drop_duplicates()  # E2's model: both modes
+        if c.claim != "ladder" or len(own) != 1 or part["params"].nunique() < 2:
+            out.append(c)
+            continue
+        at_own = part.merge(own, on=["params", "train_steps"])
+        rungs = part[~part["params"].isin(own["params"])]
+        seeds = sorted(int(s) for s in rungs["seed"].unique())
+        T = int(part["trained_loops"].iloc[0])
+        figures = []
+        for n in (T, 3 * T):
+            wide = at_own[at_own["eval_loops"] == n].pivot_table(index="seed", columns="boundary", values="value")
+            damage = (wide["norm"] - wide["norm->none"]).dropna()
+            figures.append((n, float(damage[damage.index.isin(seeds)].mean()), float(damage.mean()), len(damage)))
+        span = f"{seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+        note = (f". Post hoc, not the rule: E2's model ({int(own['params'].iloc[0]):,} params) on the other rungs' "
+                f"seeds {span} only: " + ", ".join(f"n={n} {a:+.3f}" for n, a, _, _ in figures)
+                + f" (all {figures[0][3]} seeds: "
+                + ", ".join(f"n={n} {b:+.3f}" for n, _, b, _ in figures) + ")")  # fmt: skip
+        out.append(replace(c, measured=c.measured + note))
     return out
 
 
@@ -508,11 +549,8 @@ def identity_check(rows: pd.DataFrame) -> str:
     return "n = 1 identity (max |difference| to `norm`): " + ", ".join(f"{k} {v:g}" for k, v in worst.items())
 
 
-def claim_lines(found: list[dict]) -> list[str]:
-    return [f"[E5, beyond the paper] {c['task']} ({c['level']}) {c['claim']}: {c['outcome']} -- {c['measured']}"
-            for c in found]  # fmt: skip
-
-
 def report(rows: pd.DataFrame, preset_name: str) -> str:
+    """What `loopscope run e5` prints: the estimates, the n = 1 identity, then the verdicts."""
     summary = summarize(rows, preset_name)
-    return "\n".join([format_summary(summary), "", identity_check(rows), *claim_lines(claims(summary))])
+    found = common_seeds(judge(summary), rows)
+    return "\n".join([format_summary(summary), "", identity_check(rows), *verdicts.lines(found)])

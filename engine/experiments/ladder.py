@@ -1,6 +1,6 @@
-"""The GPU study's rules that read the ladder of both devices at once (README, "The GPU study: predictions and rules",
-committed before any GPU run; SPEC §9): E5's `cpu` ladder (16k-412k parameters, on the CPU) continued by the `gpu`
-study's (412k-19M, on a GPU), parity, norm-trained, seeds 0-3 at every rung, the same training length.
+"""The GPU study's rules that read the ladder of both devices at once (docs/gpu-study.md, "Predictions and rules",
+committed before any GPU run; docs/design.md §9): E5's `cpu` ladder (16k-412k parameters, on the CPU) continued by
+the `gpu` study's (412k-19M, on a GPU), parity, norm-trained, seeds 0-3 at every rung, the same training length.
 
   trend     the slope b of per-seed damage (accuracy of `norm` minus `norm->none`, held-out mean) against
             log10(parameters), OLS over the (rung, seed) points of every rung, at T and at 3T; its 95% CI by a
@@ -18,13 +18,15 @@ The rescale recovery per rung is E5 part 4's rule on each rung (engine.experimen
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
 from engine import paper
 from engine.core import stats
-from engine.experiments.e5 import LADDER_SEEDS
-from engine.experiments.verdicts import MEAN, levels, norm_ratios
+from engine.experiments.e5 import BEYOND, LADDER_SEEDS
+from engine.experiments.verdicts import MEAN, Claim, levels, norm_ratios
 
 SEEDS = tuple(range(LADDER_SEEDS))  # the same seeds at every rung: E5's ladder trains seeds 0-3
 RESAMPLES = 2000  # 4 seeds have 35 distinct resamples: 2,000 draws settle the quantiles
@@ -128,14 +130,15 @@ def bridge(acc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[dict]:
-    """The README's cross-device rules as claims (e5.claims' fields): the trend at T and 3T, collapse per rung, the
-    bridge (reported). Either table may be missing: what it needs is then "not run"."""
+def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Claim]:
+    """The README's cross-device rules as claims (E5's, paired, at the held-out mean): the trend at T and 3T,
+    collapse per rung, the bridge (reported). Either table may be missing: what it needs is then "not run"."""
     frames = [ladder_rows(t, d) for t, d in ((cpu_e5, "cpu"), (gpu_e5, "gpu")) if t is not None and len(t)]
     ladder = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    claim = dict(task="parity", level=MEAN, beyond_paper=True, reproduced=False)
+    claim = partial(Claim, experiment="e5", task="parity", analysis="paired", level=MEAN, beyond_paper=True,
+                    paper=BEYOND)  # fmt: skip
     if ladder.empty:
-        return [claim | dict(claim="ladder trend", text="", paper="", measured="not run", outcome="not run")]
+        return [claim(claim="ladder trend", text="", criterion="", measured="not run", outcome="not run")]
     T = int(ladder["trained_loops"].iloc[0])
     held = held_out(ladder)
     acc = seed_values(held)
@@ -144,17 +147,17 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[dict
         t = trend(damage_points(acc, n))
         measured = (f"b = {t['slope']:+.3f} per decade [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] over {t['rungs']} "
                     f"rungs ({t['low']:,}-{t['high']:,} parameters), {t['seeds']} seeds")  # fmt: skip
-        out.append(claim | dict(
+        out.append(claim(
             claim=f"ladder trend at n={n}", text="the surgery's damage against log10(parameters), 16k-19M",
-            paper="normalisation: grows (CI above 0); agreement: no sign (flat)", measured=measured,
+            criterion="normalisation: grows (CI above 0); agreement: no sign (flat)", measured=measured,
             outcome=t["outcome"]))  # fmt: skip
     for r in collapse(held).itertuples():
         measured = (f"{r.device}: median accuracy {r.accuracy:.3f} (highest seed {r.worst_accuracy:.3f}), top-token "
                     f"share {r.top_token_share:.3f} (lowest {r.worst_share:.3f}), norm ratio {r.norm_ratio:.2f}x "
                     f"(highest {r.worst_ratio:.2f}x) over {r.seeds} seeds")  # fmt: skip
-        out.append(claim | dict(
+        out.append(claim(
             claim=f"collapse {r.params:,} params ({r.device})", text="E2 (d)'s collapse at n = T on this rung",
-            paper="normalisation: collapse at 19M; agreement: no collapse needed", measured=measured,
+            criterion="normalisation: collapse at 19M; agreement: no collapse needed", measured=measured,
             outcome="collapses" if r.collapsed else "no collapse"))  # fmt: skip
     b = bridge(acc)
     for (params, label), g in b.groupby(["params", "boundary"]) if len(b) else ():
@@ -162,7 +165,7 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[dict
         last = g["eval_loops"].max()
         measured = (f"smallest Mann-Whitney p {low['mann_whitney_p']:.3g} at n={low['eval_loops']} (GPU "
                     f"{low['gpu_mean']:.3f}, CPU {low['cpu_mean']:.3f}) over n = 1..{last}")  # fmt: skip
-        out.append(claim | dict(claim=f"bridge {params:,} params, {label}", paper="", outcome="reported",
+        out.append(claim(claim=f"bridge {params:,} params, {label}", criterion="", outcome="reported",
                                 text="the same config on both devices (not a claim)", measured=measured))  # fmt: skip
     return out
 

@@ -118,7 +118,8 @@ def train_and_evaluate(
     result.model.cpu()  # the weights to store
     rows = label_rows(raw, cfg, group, experiment, cfg.model.boundary)
     prov = provenance(result.device)
-    gpu = {"dtype_policy": result.policy} if result.device != "cpu" else {}
+    recorded = result.device != "cpu" or cfg.train.precision != "fp32"  # CPU fp32 manifests stay as they were
+    gpu = {"dtype_policy": result.policy} if recorded else {}
     if result.peak_memory_gib is not None:
         gpu |= {"peak_memory_gib": round(result.peak_memory_gib, 2),
                 "estimated_memory_gib": round(result.estimated_memory_gib, 2)}  # fmt: skip
@@ -316,12 +317,17 @@ def run_trainings(
 
 # ---------------------------------------------------------------- weights kept or not
 
+REFIT_COLUMNS = (*RESULT_COLUMNS, "refit_target", "refit_steps", "split")  # E3's rows: the refit and the split
+
+
+def refit_store(store: Store) -> Store:
+    """E3's refits' own store: <root>/refits/<refit_key>/ with E3's rows (REFIT_COLUMNS) and weights."""
+    return Store(store.root, folder="refits", columns=REFIT_COLUMNS)
+
 
 def lighten(store: Store, why: str) -> tuple[int, int]:
     """Keep the weights of the lowest seed of every training group (runs and E3 refits) and store the others
     without theirs (Store.drop_weights); return (runs kept with weights, runs made weightless)."""
-    from engine.experiments.e3 import refit_store
-
     kept = dropped = 0
     for s in (store, refit_store(store)):
         groups: dict[tuple, list[tuple[int, str]]] = {}

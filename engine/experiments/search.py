@@ -1,7 +1,8 @@
 """A candidate recipe or task scored by a rule fixed before it runs: its norm-trained models' mean accuracy at n = T
 over held-out items, and nothing the claims measure (the `none` mode, the surgery, n != T). The CPU's chain search
-and recipe probe (dev/chain_search.py, dev/recipe_probe.py), the GPU study's recipe probe (dev/gpu_recipe.py) and
-its chain search (engine.runtime.gpu_study) score their candidates with run_candidate."""
+and recipe probe (dev/studies/cpu-second-design/), the GPU study's recipe probe
+(dev/studies/gpu-study/gpu_recipe.py) and its chain search (engine.runtime.gpu_study) score their candidates
+with run_candidate."""
 
 from __future__ import annotations
 

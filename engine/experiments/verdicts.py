@@ -1,12 +1,19 @@
-"""The second study's verdict rules (README, "Verdict rules"), each claim under two analyses and three levels.
+"""The verdict rules (README, "Verdict rules"), each claim under two analyses and three levels, for every study;
+Claim, the one shape of a verdict; and the one definition of claim (d)'s norm ratio (norm_ratios).
+
+E2, E3 and E4 each judge their table here through their own `claims(rows, preset)`; a table without held-out items
+(the first CPU study's, a smoke run's) is judged on its in-range items (judged_items).
 
 Levels: (i) `held-out mean`, each seed's accuracy averaged over the held-out in-range difficulties; (ii) each
 held-out in-range difficulty; (iii) the hardest held-out in-range difficulty. Analyses: the paper's
 (Cliff's delta and Mann-Whitney p per n, unpaired, uncorrected) and the paired one (per-seed differences,
 Wilcoxon signed-rank, Holm across n within each side of T). Pure functions: rows in, tables and claims out.
+No torch here: the dashboard's pages import this module.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -16,6 +23,90 @@ from engine.core import stats
 
 MEAN, HARDEST = "held-out mean", "hardest held-out"
 IN_RANGE = 0  # E3 stores the recovery of the in-range mean accuracy at this difficulty
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One verdict, the one shape every experiment's `claims(rows, preset)` returns and the CLI, the dashboard and
+    the report print: what is claimed, the paper's value, the measured value, the criterion that decides it, and
+    the outcome (outcome(): holds / does NOT hold / undecided, or a named outcome such as "vanishes" or E5's
+    "agreement") under one analysis (`paper`: unpaired, as the paper; `paired`: per-seed differences) at one level
+    (MEAN, HARDEST). difficulties: at how many held-out difficulties it holds ("k/N"), where counted."""
+
+    experiment: str
+    task: str
+    claim: str
+    text: str
+    paper: str
+    measured: str
+    criterion: str
+    analysis: str
+    level: str
+    outcome: str
+    difficulties: str = ""
+    beyond_paper: bool = False
+
+    def line(self) -> str:
+        """The claim in one line, for the terminal."""
+        where = f" (at {self.difficulties} held-out difficulties)" if self.difficulties else ""
+        return (f"[{self.experiment.upper()}] ({self.claim}) {self.task} [{self.analysis}, {self.level}]: "
+                f"{self.outcome}{where} -- {self.measured}")  # fmt: skip
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# (experiment, claim) -> (what is claimed, the paper's value, the criterion: README, "Verdict rules")
+WORDS = {
+    ("e2", "a"): ("`none` is never worse than `norm` at any n", "never worse at any n",
+                  f"paper: no n with Cliff's δ < -{paper.DELTA_MAGNITUDES[0][0]} and Mann-Whitney p < {paper.ALPHA}; "
+                  f"paired: no n with mean d < 0 and Holm p < {paper.ALPHA}"),
+    ("e2", "b"): ("the two modes are closest at n = T", "closest at n = T",
+                  "|d(T)| within 0.01 of the smallest |d(n)| elsewhere; paired: and Wilcoxon p at T >= "
+                  f"{paper.ALPHA}"),
+    ("e2", "c"): ("they separate on both sides of T, most beyond it",
+                  f"Cliff's δ up to {paper.MAX_DELTA_BEYOND} beyond the budget",
+                  f"a significant (p < {paper.ALPHA}) separation below and beyond T (paper: large Cliff's δ; paired: "
+                  "mean d > 0, Holm), the largest beyond T"),
+    ("e2", "d"): ("norm-trained models run without the norm collapse by n = T, the norm bounded, one token",
+                  f"accuracy {paper.SURGERY_ACCURACY_AT_T:.3f} at n = T, norm within {paper.SURGERY_NORM_RATIO}×, "
+                  "one token",
+                  f"at n = T: accuracy <= {paper.SURGERY_COLLAPSE_ACCURACY}, top-token share >= "
+                  f"{paper.SURGERY_ONE_TOKEN_SHARE}, norm ratio (norm_ratios, worst seed) <= "
+                  f"{paper.SURGERY_NORM_BOUND:g}"),
+    ("e3", "a"): ("refitting the head alone recovers about a third, then plateaus", "recovery ≈ 1/3, plateau",
+                  f"mean recovery at n = T in {list(paper.HEAD_RECOVERY_RANGE)} and plateaued; undecided with fewer "
+                  "than 8 damaged seeds"),
+    ("e3", "b"): ("refitting the head with the block's last layer recovers all of it", "recovery ≈ 1",
+                  f"mean recovery at n = T >= {paper.FULL_RECOVERY}; undecided with fewer than 8 damaged seeds"),
+    ("e3", "last layer"): ("the damage sits in the last layer: head + last recovers more than head + first",
+                           "— (beyond the paper)", f"head+last minus head+first > 0, Wilcoxon p < {paper.ALPHA}"),
+    ("e4", "equal n"): ("looping is better than stacking at equal n", "an advantage of looping at equal n",
+                        "looped ahead, significantly, at most n = 2..3T (paper: Cliff's δ and p; paired: Holm)"),
+    ("e4", "matched"): ("at matched overshoot n/T = 1, 2, 3 the advantage vanishes on one task, shrinks on the other",
+                        "vanishes on one task, shrinks on the other",
+                        "vanishes: no significant gap at any matched o (or |gap| < 0.02, paired); shrinks: a smaller "
+                        "mean gap than at equal n = T, 2T, 3T"),
+}  # fmt: skip
+
+
+def _claim(experiment: str, name: str, task: str, analysis: str, level: str, holds, measured: str,
+          difficulties: str = "") -> Claim:  # fmt: skip
+    """A Claim of the README's rules, its words from WORDS."""
+    text, figure, criterion = WORDS[(experiment, name)]
+    return Claim(experiment=experiment, task=task, claim=name, text=text, paper=figure, measured=measured,
+                 criterion=criterion, analysis=analysis, level=level, outcome=outcome(holds),
+                 difficulties=difficulties)  # fmt: skip
+
+
+def judged_items(rows: pd.DataFrame, in_range: dict[str, tuple[int, ...]]) -> pd.DataFrame:
+    """The rows the rules judge as held out: the table's held-out items, or, where it has none (the smoke preset,
+    the first CPU study's tables of an earlier design), its in-range difficulties (`in_range`, per task; E3's
+    in-range mean IN_RANGE with them) standing in, as E5 reads such tables."""
+    if "split" in rows and (rows["split"] == "heldout").any():
+        return rows
+    inside = [d == IN_RANGE or d in in_range.get(t, ()) for t, d in zip(rows["task"], rows["difficulty"], strict=True)]
+    return rows.assign(split=np.where(inside, "heldout", "beyond"))
 
 
 def plateaued(curve: pd.Series) -> bool:
@@ -46,7 +137,7 @@ def paired_modes(rows: pd.DataFrame, a: str = "none", b: str = "norm") -> pd.Dat
     return stats.paired_summary(acc, ["task", "level", "eval_loops"], "boundary", a, b)
 
 
-def e2_claims(table: pd.DataFrame, surgery: pd.DataFrame) -> list[dict]:
+def e2_claims(table: pd.DataFrame, surgery: pd.DataFrame) -> list[Claim]:
     """E2 (a)-(d) per task at levels (i) and (iii), under both analyses; `table` from paired_modes, `surgery`
     from surgery_at_T. Each claim also says at how many held-out difficulties (level ii) it holds."""
     out = []
@@ -59,8 +150,7 @@ def e2_claims(table: pd.DataFrame, surgery: pd.DataFrame) -> list[dict]:
                 held = sum(per_level[lvl][claim][analysis][0] for lvl in each)
                 for lvl in (MEAN, HARDEST):
                     ok, measured = per_level[lvl][claim][analysis]
-                    out.append(dict(task=task, claim=claim, analysis=analysis, level=lvl, holds=ok,
-                                    measured=measured, difficulties=f"{held}/{len(each)}"))  # fmt: skip
+                    out.append(_claim("e2", claim, task, analysis, lvl, ok, measured, f"{held}/{len(each)}"))
         for lvl in (MEAN, HARDEST):
             r = surgery[(surgery["task"] == task) & (surgery["level"] == lvl)]
             if r.empty:
@@ -74,15 +164,14 @@ def e2_claims(table: pd.DataFrame, surgery: pd.DataFrame) -> list[dict]:
             ratio = dict(worst=r["norm_ratio"], worst_seed=int(r["norm_ratio_seed"]), median=r["norm_ratio_median"],
                          mean=r["norm_ratio_mean"], within=int(r["norm_ratio_within"]),
                          seeds=int(r["norm_ratio_seeds"]))  # fmt: skip
+            other = f"{r['non_answer']:.3f}" if np.isfinite(r["non_answer"]) else "not stored"  # the first study
             measured = (
                 f"accuracy {r['accuracy']:.3f} (forced choice {r['choice_accuracy']:.3f}, non-answer tokens "
-                f"{r['non_answer']:.3f}), {ratio_text(ratio)}, top-token share {r['top_token_share']:.3f}; "
+                f"{other}), {ratio_text(ratio)}, top-token share {r['top_token_share']:.3f}; "
                 f"damage {r['damage']:+.3f} [{r['damage_ci_low']:+.3f}, {r['damage_ci_high']:+.3f}], "
                 f"Wilcoxon p {r['damage_p']:.3g}"
             )
-            for analysis in ("paper", "paired"):
-                out.append(dict(task=task, claim="d", analysis=analysis, level=lvl, holds=ok, measured=measured,
-                                difficulties=""))  # fmt: skip
+            out += [_claim("e2", "d", task, analysis, lvl, ok, measured) for analysis in ("paper", "paired")]
     return out
 
 
@@ -208,40 +297,15 @@ def outcome(holds) -> str:
     return holds if isinstance(holds, str) else "undecided" if holds is None else "holds" if holds else "does NOT hold"
 
 
-def claim_lines(found: list[dict]) -> list[str]:
-    """One line per claim, analysis and level, for the terminal."""
-    return [
-        f"({c['claim']}) {c['task']} [{c['analysis']}, {c['level']}]: {outcome(c['holds'])}"
-        + (f" (at {c['difficulties']} held-out difficulties)" if c["difficulties"] else "")
-        + f" -- {c['measured']}"
-        for c in found
-    ]
-
-
-def claims(experiment: str, rows: pd.DataFrame) -> list[dict]:
-    """The README's verdicts for an experiment's table; none for a table without held-out items."""
-    if "split" not in rows or not (rows["split"] == "heldout").any():
-        return []
-    if experiment == "e2":
-        return e2_claims(paired_modes(rows), surgery_at_T(rows))
-    if experiment == "e3":
-        return e3_claims(rows)
-    return e4_claims(e4_table(rows)) if experiment == "e4" else []
-
-
-def report(experiment: str, rows: pd.DataFrame) -> str:
-    found = claims(experiment, rows)
-    return (
-        "\n".join(["", "Verdict rules (README) on held-out items, both analyses:", *claim_lines(found)])
-        if found
-        else ""
-    )
+def lines(found: list[Claim]) -> list[str]:
+    """The claims for the terminal, one line each, after a heading; none without claims."""
+    return ["", 'Verdicts (README, "Verdict rules"):', *(c.line() for c in found)] if found else []
 
 
 # ---------------------------------------------------------------- E3 and E4
 
 
-def e3_claims(rows: pd.DataFrame) -> list[dict]:
+def e3_claims(rows: pd.DataFrame) -> list[Claim]:
     """E3 at n = T after the last refit step, levels (i) and (iii): per target the mean recovery over the seeds
     the surgery damaged (>= paper.MIN_REFIT_GAP) with its bootstrap CI over seeds, and the verdicts; with
     fewer than MIN_DAMAGED seeds a verdict is undecided. Beyond the paper: head + last against head + first,
@@ -272,19 +336,17 @@ def e3_claims(rows: pd.DataFrame) -> list[dict]:
                     holds, verdict = bool(ci.estimate >= paper.FULL_RECOVERY), ""
                 measured = (f"recovery {ci.estimate:.3f} [{ci.low:.3f}, {ci.high:.3f}] after {last} steps, "
                             f"{len(values)} damaged seeds" + (f"; {verdict}" if verdict else ""))  # fmt: skip
-                for analysis in ("paper", "paired"):
-                    out.append(dict(task=task, claim=claim, analysis=analysis, level=level, holds=holds,
-                                    measured=measured, difficulties=""))  # fmt: skip
+                out += [_claim("e3", claim, task, analysis, level, holds, measured) for analysis in ("paper", "paired")]
             if {"head+last", "head+first"} <= set(per_seed):
                 both = pd.concat([per_seed["head+last"], per_seed["head+first"]], axis=1).dropna()
                 p = stats.wilcoxon_p(both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy())
                 gap = float((both.iloc[:, 0] - both.iloc[:, 1]).mean()) if len(both) else np.nan
                 ends = "; ".join(_plateau_note(part, target) for target in ("head+last", "head+first"))
-                out.append(dict(task=task, claim="last layer", analysis="paired", level=level,
-                                holds=bool(gap > 0 and p < paper.ALPHA), difficulties="",
-                                measured=f"head+last minus head+first {gap:+.3f} over {len(both)} seeds, "
-                                         f"Wilcoxon p {p:.3g} after {last} steps. Post hoc, not the rule: "
-                                         f"{ends}"))  # fmt: skip
+                measured = (f"head+last minus head+first {gap:+.3f} over {len(both)} seeds, Wilcoxon p {p:.3g} "
+                            f"after {last} steps. Post hoc, not the rule: {ends}")  # fmt: skip
+                out.append(
+                    _claim("e3", "last layer", task, "paired", level, bool(gap > 0 and p < paper.ALPHA), measured)
+                )
     return out
 
 
@@ -345,7 +407,7 @@ def _equivalent(p: pd.Series) -> str:
     return f"equivalent at o = {', '.join(map(str, shown))}" if shown else "equivalence shown at no o"
 
 
-def e4_claims(table: pd.DataFrame) -> list[dict]:
+def e4_claims(table: pd.DataFrame) -> list[Claim]:
     """Per task and level: looping helps at equal n (most n), and at matched overshoot the advantage
     vanishes or shrinks, under both analyses (README)."""
     out = []
@@ -367,11 +429,10 @@ def e4_claims(table: pd.DataFrame) -> list[dict]:
             equal = f"mean gap {eq['gap'].mean():+.3f} over n = 2..{int(eq['x'].max())}"
             matched = (f"matched gaps {', '.join(f'{g:+.3f}' for g in m['gap'])} (o = 1, 2, 3) vs "
                        f"{at_T_multiples:+.3f} at equal n = T, 2T, 3T: {outcome}")  # fmt: skip
-            common = dict(task=task, analysis=analysis, level=level, difficulties="")
-            out.append(dict(common, claim="equal n", holds=helps[analysis], measured=equal))
+            out.append(_claim("e4", "equal n", task, analysis, level, helps[analysis], equal))
             if analysis == "paired":  # post hoc: does the per-seed gap sit inside the rule's own margin?
                 matched += (f". Post hoc, not the rule: TOST equivalence within ±{TOST_MARGIN} (paired t) p "
                             f"{', '.join(f'{p:.3g}' for p in m['tost_p'])} at o = 1, 2, 3 "
                             f"({_equivalent(m['tost_p'])})")  # fmt: skip
-            out.append(dict(common, claim="matched", holds=outcome, measured=matched))
+            out.append(_claim("e4", "matched", task, analysis, level, outcome, matched))
     return out

@@ -381,7 +381,7 @@ def run_device(
     measured in the same run: fused AdamW, torch.compile per decoder layer, activation checkpointing per layer
     (its cost), and batched evaluation; 1 seed and a group of `seeds`; against the device's bf16 matmul peak.
     `size`: the preset measured (`smoke` for a dry run of the script's logic on the CPU); partial(result so far) is
-    called after every measurement (dev/gpu-check.sh keeps what it measured if its time runs out)."""
+    called after every measurement (dev/checks/gpu-check.sh keeps what it measured if its time runs out)."""
     peak = matmul_peak(8192, 10, device, torch.bfloat16) if device == "cuda" else matmul_peak()
     out: dict = {
         "device": torch.cuda.get_device_name() if device == "cuda" else device,
@@ -518,6 +518,140 @@ def format_report(result: dict) -> str:
         )
     pages = format_report_pages(result)
     return "\n".join(lines + ([pages] if pages else []))
+
+
+# ---------------------------------------------------------------- `--only precision`: the CPU's fp32 against its bf16
+
+# (name, d_model, n_heads, d_ff, layers_per_block, seeds, quick seeds): the `cpu` preset's model and group, E5's
+# 1.6M rung (d 256, L 2; 1,627,392 parameters), the paper's 19M model; each at its hardest training batch of 64
+PRECISION_SIZES = (
+    ("cpu", 64, 4, 176, 2, 16, 4),
+    ("1.6M", 256, 8, 704, 2, 4, 2),
+    ("paper", 512, 8, 1376, 6, 4, 1),
+)
+
+
+def precision_step(run: RunConfig, seeds: int, precision: str, math_attention=True, fused_adamw=None):
+    """One whole training step as train_group takes it at the hardest training batch (autocast in bf16, the loss,
+    backward, per-member clipping, AdamW) and its FLOPs. math_attention, fused_adamw: the bf16 levers (default: as
+    training has them, engine.core.model.CPU_BF16_MATH_ATTENTION and engine.core.train.CPU_BF16_FUSED_ADAMW)."""
+    from engine.core import model as model_module
+    from engine.core import train as tr
+
+    model = build(run.model, list(range(seeds)))
+    params = list(model.parameters())
+    bf16 = precision == "bf16"
+    fused = (tr.CPU_BF16_FUSED_ADAMW if fused_adamw is None else fused_adamw) if bf16 else None
+    opt = tr.adamw([p for p in params if p.dim() == 3], [p for p in params if p.dim() != 3], 1e-4, 0.1, fused=fused)
+    x, y = hardest_batch(run, seeds)
+
+    def step():
+        before, model_module.CPU_BF16_MATH_ATTENTION = model_module.CPU_BF16_MATH_ATTENTION, math_attention
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = model(x, all_positions=True, readout_steps="last")
+        finally:
+            model_module.CPU_BF16_MATH_ATTENTION = before
+        opt.zero_grad(set_to_none=True)
+        member_losses(out.logits, y).sum().backward()
+        tr.clip_per_member(params, 1.0)
+        opt.step()
+
+    return step, seeds * train_step_flops(run, x.shape[-1])
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeat: int, trials: int) -> dict[str, float]:
+    """Seconds per call of each function: one warm-up call each, then `trials` rounds that run every function
+    `repeat` times in turn (so a load that comes and goes reaches every side alike); the best round of each."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(trials):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(repeat):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / repeat)
+    return best
+
+
+def cpu_description() -> dict:
+    """The CPU's model name, its bf16-relevant flags and the load while measuring (/proc; empty elsewhere)."""
+    from engine.core.train import CPU_BF16_FLAGS, cpu_flags
+
+    name = ""
+    try:
+        name = next((ln.partition(":")[2].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                     if ln.startswith("model name")), "")  # fmt: skip
+        load = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        load = []
+    flags = cpu_flags()
+    shown = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2", "avx_vnni")
+    return {
+        "cpu_model": name,
+        "flags": [f for f in shown if f in flags],
+        "native_bf16": bool(set(CPU_BF16_FLAGS) & flags),
+        "threads": torch.get_num_threads(),
+        "loadavg": [float(v) for v in load],
+    }
+
+
+def run_precision(quick: bool = False, sizes=PRECISION_SIZES, steps: int | None = None, trials: int = 2) -> dict:
+    """fp32 against bf16 training steps in one process, at each size of `sizes` (PRECISION_SIZES): the time of a
+    whole step, `ratio` = fp32 time / bf16 time, each step's FLOP/s as a share of the fp32 and bf16 matmul peaks
+    measured in the same run, and the bf16 levers each as a ratio (attn_math_ratio: SDPA's flash kernel time / its
+    math backend time; fused_adamw_ratio: foreach AdamW time / fused), with the CPU's flags and load."""
+    out: dict = cpu_description()
+    n = 1024 if quick else 2048
+    out["fp32_peak_gflops"] = matmul_peak(n, 3, trials=2) / 1e9
+    out["bf16_peak_gflops"] = matmul_peak(n, 3, dtype=torch.bfloat16, trials=2) / 1e9
+    base, out["sizes"] = cpu("parity"), {}
+    for name, d, heads, ff, layers, seeds, quick_seeds in sizes:
+        model = replace(base.model, d_model=d, n_heads=heads, d_ff=ff, layers_per_block=layers)
+        run = replace(base, model=model)
+        seeds = quick_seeds if quick else seeds
+        sides = {
+            "fp32": precision_step(run, seeds, "fp32"),
+            "bf16": precision_step(run, seeds, "bf16"),
+            "bf16_flash_attention": precision_step(run, seeds, "bf16", math_attention=False),
+            "bf16_foreach_adamw": precision_step(run, seeds, "bf16", fused_adamw=False),
+        }
+        flops = sides["fp32"][1]
+        t = interleaved({k: fn for k, (fn, _) in sides.items()}, steps or (1 if quick or d >= 512 else 2), trials)
+        out["sizes"][name] = {
+            "params": model.n_params,
+            "seeds": seeds,
+            "fp32_step_s": t["fp32"],
+            "bf16_step_s": t["bf16"],
+            "ratio": t["fp32"] / t["bf16"],
+            "fp32_gflops": flops / t["fp32"] / 1e9,
+            "bf16_gflops": flops / t["bf16"] / 1e9,
+            "fp32_share_of_fp32_peak": flops / t["fp32"] / 1e9 / out["fp32_peak_gflops"],
+            "bf16_share_of_bf16_peak": flops / t["bf16"] / 1e9 / out["bf16_peak_gflops"],
+            "attn_math_ratio": t["bf16_flash_attention"] / t["bf16"],
+            "fused_adamw_ratio": t["bf16_foreach_adamw"] / t["bf16"],
+            "loadavg": cpu_description()["loadavg"],
+        }
+    return out
+
+
+def format_precision_report(result: dict) -> str:
+    lines = [
+        f"{result['cpu_model'] or 'this CPU'} ({result['threads']} threads), flags "
+        f"{' '.join(result['flags']) or 'none'}; native bf16: {'yes' if result['native_bf16'] else 'no'}; "
+        f"load {result['loadavg']}",
+        f"matmul peaks: fp32 {result['fp32_peak_gflops']:.0f} GFLOP/s, bf16 {result['bf16_peak_gflops']:.0f} GFLOP/s",
+    ]
+    for name, r in result["sizes"].items():
+        lines.append(
+            f"{name} ({r['params']:,} parameters, {r['seeds']} seeds): fp32 {r['fp32_step_s'] * 1e3:.0f} ms/step "
+            f"({r['fp32_gflops']:.1f} GFLOP/s, {r['fp32_share_of_fp32_peak']:.0%} of fp32 peak), bf16 "
+            f"{r['bf16_step_s'] * 1e3:.0f} ms/step ({r['bf16_gflops']:.1f} GFLOP/s, "
+            f"{r['bf16_share_of_bf16_peak']:.0%} of bf16 peak): ratio {r['ratio']:.2f}x; levers: math attention "
+            f"{r['attn_math_ratio']:.2f}x, fused AdamW {r['fused_adamw_ratio']:.2f}x; load {r['loadavg']}"
+        )
+    return "\n".join(lines)
 
 
 def format_report_pages(result: dict) -> str:

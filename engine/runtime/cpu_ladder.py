@@ -12,8 +12,13 @@ finished stage computes nothing.
   rungs   the other rungs (1.6M, 5.3M) under the adopted recipe, seeds 0-3, then the e5-cpu-ladder table (E5's
           `loopscope run e5 --preset cpu-ladder --seeds 0-3`). Refused until the probe has adopted the recipe the
           preset trains with (presets.CPU_LADDER_RECIPE).
+  ship    the finished runs of a results folder the pieces ran in (--source, outside the repository) into
+          --results: each run folder copied without its weights (76 MB a seed at 19M; `loopscope restore KEY`
+          retrains one bit for bit on a machine of the kind that made it), the probe's record, and the
+          e5-cpu-ladder table rebuilt from what is stored (nothing computed). Part-trained runs stay behind.
 
     python -m engine.runtime.cpu_ladder probe|rungs [--results cached_results] [--candidates R1,R2,R3]
+    python -m engine.runtime.cpu_ladder ship --source DIR [--results cached_results]
 """
 
 from __future__ import annotations
@@ -107,9 +112,31 @@ def rungs(store: Store) -> None:
     print(e5.report(rows, PRESET))
 
 
+def ship(source: Store, store: Store) -> list[str]:
+    """Copy source's finished runs that `store` lacks (weightless) and the probe's record; rebuild the table from the
+    stored runs without computing anything. Returns the run keys copied."""
+    import shutil
+
+    copied = []
+    for key in source.run_keys():
+        if source.status(key) != "ok" or store.status(key) == "ok":
+            continue
+        staged = store.root / "runs" / f".{key}.ship"
+        shutil.rmtree(staged, ignore_errors=True)
+        shutil.copytree(source.root / "runs" / key, staged)
+        staged.replace(store.root / "runs" / key)  # one rename: the run appears whole or not at all
+        store.drop_weights(key, "76 MB a seed at 19M: not kept in the repository")
+        copied.append(key)
+    if (source.root / PROBE_FILE).is_file():
+        atomic_write(store.root / PROBE_FILE, (source.root / PROBE_FILE).read_bytes())
+    e5.run(PRESET, list(SEEDS), store, "cpu", ("parity",), progress=False, compute=lambda cfg: False)
+    return copied
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.runtime.cpu_ladder", description=__doc__.split("\n\n")[0])
-    ap.add_argument("stage", choices=["probe", "rungs"])
+    ap.add_argument("stage", choices=["probe", "rungs", "ship"])
+    ap.add_argument("--source", help="ship: the results folder the pieces ran in")
     ap.add_argument("--results", default="cached_results", help="results folder (the study lives in its cpu-ladder/)")
     ap.add_argument("--candidates", default=",".join(GPU_RECIPES), help="the probe's candidates, in the rule's order")
     args = ap.parse_args(argv)
@@ -123,8 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         store.check_writable()
         if args.stage == "probe":
             probe(store, names)
-        else:
+        elif args.stage == "rungs":
             rungs(store)
+        else:
+            if not args.source or not (study_root(args.source, PRESET) / "runs").is_dir():
+                raise UsageError(f"ship needs --source, a results folder whose {PRESET}/runs/ holds the pieces' runs.")
+            copied = ship(Store(study_root(args.source, PRESET)), store)
+            say(f"shipped {len(copied)} run(s) into {store.root}: {' '.join(copied) or 'none new'}")
     except (UsageError, PermissionError) as e:
         print(f"loopscope: {e if isinstance(e, UsageError) else explain(e) or e}", file=sys.stderr)
         return 2

@@ -10,16 +10,24 @@ or that differs from what is here, and rebuilds the tables from the merged store
 
 from __future__ import annotations
 
+import argparse
+import ctypes
+import errno
+import fcntl
 import json
+import os
 import shutil
+import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 from engine.core.presets import OWN_FOLDER, study_root
 from engine.core.store import MODEL, Store, git_state, is_weights, stored_as, utc_now, weights_not_kept
-from engine.errors import UsageError
-from engine.runtime.gpu_study import STEPS, STUDY, say, unfinished, write_tables
+from engine.errors import NO_SPACE, UsageError
+from engine.inputs import check_run_folder, parse_json
+from engine.runtime.gpu_study import PIECES, STEPS, STUDY, say, unfinished, write_tables
 
 KEEP_MIB = 8  # weights that come back: at most this much a run, and only the lowest seed of a training group
 PACK_MIB = 15  # $OUT takes files of at most 16 MiB
@@ -107,6 +115,9 @@ def _pack(name: str, preset_name: str, root: Path, out: Path, keep_weights: bool
 
 # ---------------------------------------------------------------- merge: a pack into a results folder here
 
+MEMBERS, MEMBER_MIB, UNPACKED_MIB = 5_000, 16, 64  # a pack's caps: members, each member's size, all of them unpacked
+_EXCHANGE = 2  # renameat2's RENAME_EXCHANGE (Linux): two paths swapped in one step
+
 
 def _refuse(pack_path: Path, why: str) -> UsageError:
     return UsageError(f"{pack_path} {why}; nothing was merged.")
@@ -114,36 +125,57 @@ def _refuse(pack_path: Path, why: str) -> UsageError:
 
 def read_pack(pack_path: Path, into: Path) -> dict:
     """Unpack a pack into the folder `into`, every member checked first: gpu-study.json naming the study and a
-    preset of its own folder, then only that folder's runs/ and refits/ files, its tables and chain search.
-    UsageError (one sentence) for anything else. Returns gpu-study.json."""
+    preset of its own folder, then only that folder's runs/ and refits/ files, its tables and chain search; a pack
+    of at most PACK_MIB whose members are at most MEMBERS, each unpacked at most MEMBER_MIB and all together at most
+    UNPACKED_MIB (from the headers, and again while reading), none sparse. UsageError (one sentence) for anything
+    else. Returns gpu-study.json."""
+    if not pack_path.is_file() or pack_path.stat().st_size > PACK_MIB * 2**20:
+        raise _refuse(pack_path, f"is not a pack of the GPU study (not a file of at most {PACK_MIB} MiB)")
     try:
         with tarfile.open(pack_path, "r:gz") as tar:
-            members = tar.getmembers()
+            members, total = [], 0
+            for m in tar:
+                if m.issparse():
+                    raise _refuse(pack_path, f"is not a pack of the GPU study (it holds a sparse file {m.name[:80]!r})")
+                members.append(m)
+                total += m.size
+                if len(members) > MEMBERS or m.size > MEMBER_MIB * 2**20 or total > UNPACKED_MIB * 2**20:
+                    raise _refuse(pack_path, f"is larger than a pack of the GPU study unpacks (at most {MEMBERS:,} "
+                                  f"members of at most {MEMBER_MIB} MiB, {UNPACKED_MIB} MiB in all)")  # fmt: skip
             names = {m.name: m for m in members}
-            if f"{STUDY}.json" not in names:
+            if f"{STUDY}.json" not in names or not names[f"{STUDY}.json"].isfile():
                 raise _refuse(pack_path, f"is not a pack of the GPU study (it has no {STUDY}.json)")
             try:
-                about = (
-                    json.loads(tar.extractfile(names[f"{STUDY}.json"]).read()) if names[f"{STUDY}.json"].isfile() else 0
-                )
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                about = parse_json(_read(tar, names[f"{STUDY}.json"], pack_path), f"{STUDY}.json")
+            except UsageError:
                 about = None
-            if not isinstance(about, dict) or about.get("study") != STUDY or about.get("preset") not in OWN_FOLDER:
+            ok = isinstance(about, dict) and about.get("study") == STUDY and isinstance(about.get("piece", ""), str)
+            if not ok or not isinstance(about.get("preset"), str) or about["preset"] not in OWN_FOLDER:
                 raise _refuse(pack_path, f"is not a pack of the GPU study ({STUDY}.json names no study preset of it)")
             folder = OWN_FOLDER[about["preset"]]
             for m in members:
                 if m.name != f"{STUDY}.json" and not _allowed(m, folder, about["preset"]):
                     raise _refuse(pack_path, f"is not a pack of the GPU study (it holds {m.name[:80]!r})")
             for m in members:
-                if m.isfile():
+                if m.isfile() and m.name != f"{STUDY}.json":
                     target = into / m.name
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(tar.extractfile(m).read())
-    except (tarfile.TarError, EOFError, OSError) as e:
+                    target.write_bytes(_read(tar, m, pack_path))
+    except (tarfile.TarError, EOFError, zlib.error) as e:
         raise _refuse(
             pack_path, f"is not a pack of the GPU study ({type(e).__name__}: not a readable .tar.gz)"
         ) from None
     return about
+
+
+def _read(tar: tarfile.TarFile, m: tarfile.TarInfo, pack_path: Path) -> bytes:
+    """A member's bytes, read in pieces and never more than its header says nor than MEMBER_MIB."""
+    f, data = tar.extractfile(m), bytearray()
+    while chunk := f.read(2**20):
+        data += chunk
+        if len(data) > min(m.size, MEMBER_MIB * 2**20):
+            raise _refuse(pack_path, f"is not a pack of the GPU study ({m.name[:80]!r} is longer than its header says)")
+    return bytes(data)
 
 
 def _allowed(m: tarfile.TarInfo, folder: str, preset_name: str) -> bool:
@@ -156,8 +188,8 @@ def _allowed(m: tarfile.TarInfo, folder: str, preset_name: str) -> bool:
         return len(rest) <= 2 and (not rest or rest[0] in (*FOLDERS, "chain-search"))
     if len(rest) == 1:
         return rest[0].startswith("e") and rest[0].endswith(f"-{preset_name}.parquet")
-    if rest[0] == "chain-search":
-        return len(rest) == 2 and rest[1].endswith(".json")
+    if len(rest) == 2:
+        return rest[0] == "chain-search" and rest[1].endswith(".json") and not rest[1].startswith(".")
     return len(rest) == 3 and rest[0] in FOLDERS and not rest[2].startswith(".")
 
 
@@ -166,9 +198,13 @@ def _weights_sha(m: dict) -> dict[str, str]:
     return {n: h for n, h in files.items() if is_weights(n)}
 
 
+FILE_FIELDS = ("files", "files_not_included", "weights_not_kept", "rows_added")  # what an extension may change
+
+
 def compare(mine: Store, theirs: Store, key: str) -> str:
     """How a pack's run (theirs) stands to the one stored here (mine): 'new', 'same', 'extends' (the same training
-    with rows added: every row here is in the pack, value for value) or 'conflict: why'."""
+    with rows added: every row here is in the pack, value for value; every field of the manifest here is in the
+    pack's with the same value, but the files, and rows_added, which the pack's continues) or 'conflict: why'."""
     if mine.status(key) == "missing":
         return "new"
     a, b = mine.manifest(key), theirs.manifest(key)
@@ -176,7 +212,12 @@ def compare(mine: Store, theirs: Store, key: str) -> str:
         return "same"
     if _weights_sha(a) != _weights_sha(b):
         return "conflict: other weights"
+    changed = [k for k in a if k not in FILE_FIELDS and (k not in b or b[k] != a[k])]
+    if changed or b.get("rows_added", [])[: len(a.get("rows_added", []))] != a.get("rows_added", []):
+        return f"conflict: its manifest's {(changed or ['rows_added'])[0]} differs"
     here, there = mine.load_rows(key), theirs.load_rows(key)
+    if list(here.columns) != list(there.columns):
+        return "conflict: other columns"
     on = [c for c in here.columns if c != "value"]
     both = here.merge(there, on=on, how="left", suffixes=("", "_pack"))
     if both["value_pack"].isna().any() or not (both["value"].to_numpy() == both["value_pack"].to_numpy()).all():
@@ -185,10 +226,13 @@ def compare(mine: Store, theirs: Store, key: str) -> str:
 
 
 def merge(pack_path: Path, results: Path) -> dict:
-    """Merge a pack into the study's folder under `results` (study_root): new runs and refits are added, runs the
-    pack extends are replaced (keeping weights kept here), identical ones left; then the tables are rebuilt from
-    the store. A pack that is not of the GPU study, or whose run or file differs from what is here, is refused in
-    one sentence (UsageError) before anything is written."""
+    """Merge a pack into the study's folder under `results` (study_root), all or nothing: every run and refit of the
+    pack is checked (engine.inputs.check_run_folder: its files, its key, its rows' schema) and compared with what is
+    here (compare), its chain search must be JSON; a pack that is not of the GPU study, or whose run or file differs
+    from what is here, is refused in one sentence (UsageError) before anything is written. Then a copy of the study's
+    folder (hard links) takes the new runs and refits, the runs the pack extends (keeping weights kept here) and the
+    chain search, and its tables are rebuilt from that store; it replaces the folder in one step (_swap_in). A kill
+    or a full disk before that step leaves the folder as it was, after it as merged."""
     pack_path = Path(pack_path)
     with tempfile.TemporaryDirectory(prefix="gpu-study-merge-") as tmp:
         about = read_pack(pack_path, Path(tmp))
@@ -198,13 +242,19 @@ def merge(pack_path: Path, results: Path) -> dict:
         for folder in FOLDERS:
             theirs, mine = Store(staged, folder=folder), Store(dest, folder=folder)
             for key in theirs.run_keys():
-                if theirs.status(key) != "ok":
-                    raise _refuse(pack_path, f"holds a damaged {folder[:-1]} {key} ({theirs.status(key)})")
+                wrong = check_run_folder(theirs, key)
+                if wrong:
+                    raise _refuse(pack_path, f"holds a {folder[:-1]} that cannot be merged: {wrong}")
                 how = compare(mine, theirs, key)
                 conflicts += [f"{folder[:-1]} {key} ({how[len('conflict: ') :]})"] if how.startswith("conflict") else []
                 plan += [(folder, key, how)] if how in ("new", "extends") else []
         searches = []  # the chain search's results that are new here
         for path in sorted((staged / "chain-search").glob("*.json")) if (staged / "chain-search").is_dir() else []:
+            try:
+                parse_json(path.read_bytes(), f"chain-search/{path.name}")
+            except UsageError as e:
+                why = str(e).split(";")[0]
+                raise _refuse(pack_path, f"holds a chain-search file that cannot be merged: {why}") from None
             here = dest / "chain-search" / path.name
             if here.is_file() and here.read_bytes() != path.read_bytes():
                 conflicts.append(f"chain-search/{path.name} (other numbers)")
@@ -213,35 +263,116 @@ def merge(pack_path: Path, results: Path) -> dict:
             raise _refuse(pack_path, f"conflicts with {dest}: {conflicts[0]} is stored there with other bytes"
                           f"{f' (and {len(conflicts) - 1} more)' if len(conflicts) > 1 else ''}; merge it into an "
                           "empty folder (--results) to compare the two")  # fmt: skip
+
+        def build(new: Path) -> dict:
+            for folder, key, how in plan:
+                _place(Store(staged, folder=folder), Store(dest, folder=folder), Store(new, folder=folder), key, how)
+            for path in searches:
+                (new / "chain-search").mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, new / "chain-search" / path.name)
+            return write_tables(p, Store(new))
+
         Store(dest).check_writable()
-        for folder, key, how in plan:
-            _place(Store(staged, folder=folder), Store(dest, folder=folder), key, how)
-        for path in searches:
-            (dest / "chain-search").mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, dest / "chain-search" / path.name)
-        tables = write_tables(p, Store(dest))
+        tables = _swap_in(dest, build)
     counts = {how: sum(1 for _, _, h in plan if h == how) for how in ("new", "extends")}
     return dict(preset=p, piece=about.get("piece"), into=str(dest), added=counts["new"], extended=counts["extends"],
                 tables=tables, chain_search=[p.name for p in searches])  # fmt: skip
 
 
-def _place(theirs: Store, mine: Store, key: str, how: str) -> None:
-    """Put a pack's run folder in place in one rename (the old one, if any, renamed aside first); a run whose weights
-    are kept here and not in the pack keeps them."""
+def _swap_in(dest: Path, build):
+    """Run build(new) on `new`, a copy of `dest` beside it (hard links where the file system has them: every writer
+    here replaces files, none writes into one), then put `new` in dest's place in one step (renameat2's exchange; a
+    rename where dest is new). With the results folder locked (flock): what a killed merge left beside it goes first
+    (its old folder put back, should it have died inside exchange's fallback). Returns what build returns; on any
+    error the copy goes and dest is as it was."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for stale in sorted(dest.parent.glob(f".{dest.name}.merge-*")):  # what a killed merge left
+            if stale.name.endswith(".old") and not dest.exists():
+                stale.rename(dest)  # killed between exchange's two renames: the folder as it was
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
+        new = dest.with_name(f".{dest.name}.merge-{os.getpid()}")
+        try:
+            if dest.is_dir():
+                copy_tree(dest, new)
+            new.mkdir(exist_ok=True)
+            done = build(new)
+            if dest.exists():
+                exchange(new, dest)
+            else:
+                new.rename(dest)
+        finally:
+            shutil.rmtree(new, ignore_errors=True)  # the old folder after the exchange, else the unfinished copy
+        return done
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """dst as a copy of src: folders made, files hard-linked (copied where links cannot be made); an OSError (a
+    full disk) as it is, not gathered into shutil.Error."""
+    for folder, _, files in os.walk(src):
+        here = dst / Path(folder).relative_to(src)
+        here.mkdir(exist_ok=True)
+        for name in files:
+            try:
+                os.link(Path(folder) / name, here / name, follow_symlinks=False)
+            except OSError as e:
+                if e.errno in NO_SPACE:
+                    raise
+                shutil.copy2(Path(folder) / name, here / name, follow_symlinks=False)
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Swap two paths in one step (Linux's renameat2 with RENAME_EXCHANGE); where the C library or the file system
+    has no such call, b aside (as a's name + .old), a in its place, and the old b where a was (a kill between two
+    renames leaves b absent and the old b beside it, which the next merge puts back: _swap_in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = hasattr(libc, "renameat2") and libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), _EXCHANGE) == 0
+    err = ctypes.get_errno() if hasattr(libc, "renameat2") and not done else errno.ENOSYS
+    if done:
+        return
+    if err not in (errno.ENOSYS, errno.EINVAL):  # -100 above: AT_FDCWD
+        raise OSError(err, os.strerror(err), str(b))
+    aside = a.with_name(a.name + ".old")
+    b.rename(aside)
+    a.rename(b)
+    aside.rename(a)
+
+
+def _place(theirs: Store, mine: Store, new: Store, key: str, how: str) -> None:
+    """Put a pack's run folder in the copy `new` of the study's folder; a run whose weights are kept here (mine) and
+    not in the pack keeps them."""
     kept = {}
     if how == "extends":
         m = mine.manifest(key)
         kept = {n: (mine.run_dir(key) / n).read_bytes() for n in m["files"] if is_weights(n)}
-    target = mine.run_dir(key)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    new = target.with_name(f".{key}.merge")
-    shutil.rmtree(new, ignore_errors=True)
-    shutil.copytree(theirs.run_dir(key), new)
-    old = target.with_name(f".{key}.old")
-    if target.exists():
-        target.rename(old)
-    new.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    target = new.run_dir(key)
+    shutil.rmtree(target, ignore_errors=True)  # its links to the old files: the files themselves stay in `mine`
+    target.mkdir(parents=True)
+    for path in theirs.run_dir(key).iterdir():
+        shutil.copy2(path, target / path.name)
     for name, data in kept.items():  # the same bytes the pack's manifest names under files_not_included
-        if name in (mine.manifest(key).get("files_not_included") or {}):
-            mine.restore_weights(key, MODEL if stored_as(name, MODEL) else "refit.safetensors", data)
+        if name in (new.manifest(key).get("files_not_included") or {}):
+            new.restore_weights(key, MODEL if stored_as(name, MODEL) else "refit.safetensors", data)
+
+
+# ---------------------------------------------------------------- the command line (dev/studies/gpu-study/gpu-study.sh)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.runtime.gpu_pack", description=__doc__.splitlines()[0])
+    ap.add_argument("piece", choices=PIECES)
+    ap.add_argument("--preset", default="gpu", choices=list(OWN_FOLDER))
+    ap.add_argument("--results", default="cached_results", help="the results folder (the study stores in its gpu/)")
+    ap.add_argument("--out", required=True, help="the folder that comes back ($OUT)")
+    args = ap.parse_args(argv)
+    pack(args.piece, args.preset, Path(args.results), Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,7 @@
-"""The GPU study's pieces (README, "The GPU study: how to run it"; SPEC §9) and the way back of what they compute.
+"""The GPU study's pieces (docs/gpu-study.md; docs/design.md §9) and the way back of what they compute.
 
-A piece is one command on the GPU machine (`bash dev/gpu-study.sh PIECE`). It computes into the study's own store,
+A piece is one command on the GPU machine (`bash dev/studies/gpu-study/gpu-study.sh PIECE`). It computes into
+the study's own store,
 <results>/gpu/ (engine.core.presets.study_root; the repository's cached_results travels with the tree, so what
 earlier pieces brought back and was committed is cached there and skipped), then `pack` puts what may come back
 into OUT: gpu-study-PIECE.tar.gz (the store without the weights that stay on the GPU machine), a JSON summary and
@@ -40,7 +41,7 @@ from engine.core.store import Store, git_state, utc_now
 
 STUDY = "gpu-study"  # what a pack's gpu-study.json says it is
 PIECES = ("ladder", "norm", "none", "chain-c1", "chain-c2")
-LIMIT_S = 450  # the command's hard limit (dev/gpu-study.sh's timeout): 7.5 of the GPU machine's 8 minutes
+LIMIT_S = 450  # the hard limit (dev/studies/gpu-study/gpu-study.sh's timeout): 7.5 of the GPU machine's 8 minutes
 BUDGET_S = 300  # no group starts after this
 CHAIN_RULE, CHAIN_SCORED, CHAIN_SEEDS = 0.90, (1, 2, 3, 4), (0, 1, 2, 3)
 
@@ -362,14 +363,14 @@ def write_tables(preset_name: str, store: Store) -> dict[str, int]:
 def reports(preset_name: str, store: Store) -> dict[str, str]:
     """Each table's report and verdicts (as `loopscope run` prints them), where the table holds what they read:
     E2 both modes, E3 and E5 any rows."""
-    from engine.experiments import REGISTRY, verdicts
+    from engine.experiments import REGISTRY
 
     out = {}
     for name in ("e2", "e3", "e5"):
         rows = store.read_table(f"{name}-{preset_name}")
         if rows is None or (name == "e2" and not {"norm", "none"} <= set(rows["boundary"])):
             continue
-        out[name] = REGISTRY[name].report(rows, preset_name) + verdicts.report(name, rows)
+        out[name] = REGISTRY[name].report(rows, preset_name)
     return out
 
 
@@ -405,12 +406,12 @@ def run(name: str, preset_name: str, results: Path, device: str, budget: float, 
     return 0
 
 
-# ---------------------------------------------------------------- the command line (dev/gpu-study.sh)
+# ---------------------------------------------------------------- the command line (dev/studies/gpu-study/gpu-study.sh)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.runtime.gpu_study", description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["run", "pack"])
+    ap.add_argument("action", choices=["run"])  # packing: python -m engine.runtime.gpu_pack
     ap.add_argument("piece", choices=PIECES)
     ap.add_argument("--preset", default="gpu", choices=list(OWN_FOLDER))
     ap.add_argument("--results", default="cached_results", help="the results folder (the study stores in its gpu/)")
@@ -419,11 +420,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=float, default=LIMIT_S, help="the command's hard limit in seconds")
     ap.add_argument("--out", required=True, help="the folder that comes back ($OUT)")
     args = ap.parse_args(argv)
-    if args.action == "pack":
-        from engine.runtime.gpu_pack import pack
-
-        pack(args.piece, args.preset, Path(args.results), Path(args.out))
-        return 0
     return run(args.piece, args.preset, Path(args.results), args.device, args.budget, args.limit, Path(args.out))
 
 

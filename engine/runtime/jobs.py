@@ -119,8 +119,9 @@ def check(spec: Spec, store: Store) -> None:
         if spec.experiment not in REGISTRY or spec.preset not in PRESETS or not spec.tasks:
             raise ValueError(f"unknown experiment {spec.experiment!r} or preset {spec.preset!r}, or no task.")
         if spec.preset in OWN_FOLDER:  # a study of its own folder, run piece by piece on a GPU machine
-            raise ValueError(f"the {spec.preset} preset runs as the GPU study's pieces (dev/gpu-study.sh on a GPU "
-                             "machine, then loopscope merge), not as a job here.")  # fmt: skip
+            raise ValueError(f"the {spec.preset} preset runs as the GPU study's pieces "
+                             "(dev/studies/gpu-study/gpu-study.sh on a GPU machine, then loopscope merge), "
+                             "not as a job here.")  # fmt: skip
         cfg = [preset(spec.preset, task) for task in spec.tasks][0]  # an unknown task raises here
         seeds, steps, loops = spec.seeds, cfg.train.steps, cfg.max_eval_loops
     else:

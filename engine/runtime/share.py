@@ -17,8 +17,10 @@ import tempfile
 from pathlib import Path
 
 from engine.core.store import MANIFEST, WEIGHTS, is_weights, sha256
+from engine.errors import UsageError
 
 RUN_FOLDERS = ("runs", "refits")
+PULL_MIB = 4096  # a pulled file: at most this (the paper's 19M model's weights are 76 MB)
 
 
 class HubUnavailable(Exception):
@@ -44,13 +46,13 @@ def files_to_push(root: Path, checkpoints: bool) -> list[Path]:
     return sorted(p.relative_to(root) for p in keep)
 
 
-def _without_weights(manifest: bytes) -> bytes:
+def _without_weights(manifest: bytes, why: str = "pushed without --checkpoints") -> bytes:
     m = json.loads(manifest)
     files = m.get("files", {})
     dropped = {name: files.pop(name) for name in list(files) if is_weights(name)}
     m["files_not_included"] = {**(m.get("files_not_included") or {}), **dropped}
     if dropped:
-        m["weights_not_kept"] = "pushed without --checkpoints"
+        m["weights_not_kept"] = why
     return json.dumps(m, indent=2, sort_keys=True).encode()
 
 
@@ -95,22 +97,112 @@ def complete(folder: Path, checkpoints: bool) -> bool:
         manifest = json.loads((folder / MANIFEST).read_text())
         files_ok = all(sha256((folder / n).read_bytes()) == h for n, h in manifest["files"].items())
         return files_ok and not (checkpoints and manifest.get("files_not_included"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return False
 
 
-def pull(root: Path, repo: str, checkpoints: bool = False) -> Path:
-    """Download the dataset repo into the results folder. Runs already complete here are not downloaded
-    (a run key names one config and seed); tables are replaced by the pushed ones."""
+def pull(root: Path, repo: str, checkpoints: bool = False) -> dict:
+    """Download the dataset repo into a folder of its own, check it as `merge` checks a pack (check_pulled), then
+    put it in the results folder: each run folder in one step, each table replaced in one rename. Runs already
+    complete here are not downloaded (a run key names one config and seed); tables are replaced by the pushed ones.
+    UsageError (one sentence) when nothing came (offline included) or what came is not a results folder's; then
+    nothing was written. Returns what came: files, runs (and refits), tables."""
     from huggingface_hub import snapshot_download
 
     root = Path(root)
     have = [
         f"{p.parent.name}/{p.name}/*" for f in RUN_FOLDERS for p in (root / f).glob("*") if complete(p, checkpoints)
     ]
-    ignore = [*have, "jobs/*", *([] if checkpoints else [f"*/{role.split('.')[0]}*.safetensors" for role in WEIGHTS])]
+    ignore = [*have, "jobs/*", ".gitattributes", "*.md"]
+    ignore += [] if checkpoints else [f"*/{role.split('.')[0]}*.safetensors" for role in WEIGHTS]
+    with tempfile.TemporaryDirectory(prefix="loopscope-pull-") as tmp:
+        try:
+            snapshot_download(repo_id=repo, repo_type="dataset", local_dir=tmp, ignore_patterns=ignore)
+        except Exception as e:
+            raise _hub_error(e, repo) from None
+        came = sorted(p.relative_to(tmp) for p in Path(tmp).rglob("*") if not p.is_dir() or p.is_symlink())
+        came = [rel for rel in came if rel.parts[0] != ".cache"]  # the client's own bookkeeping
+        if not came:
+            raise UsageError(f"nothing was downloaded from {repo} (offline, or the repo holds nothing this folder "
+                             "lacks); check the connection and the repo's name, and pull again.")  # fmt: skip
+        runs = check_pulled(Path(tmp), came, checkpoints, repo)
+        for folder, key in runs:
+            place_folder(Path(tmp) / folder / key, root / folder / key)
+        tables = [rel for rel in came if len(rel.parts) == 1]
+        for rel in tables:
+            place_folder(Path(tmp) / rel, root / rel)
+    return dict(files=len(came), runs=len(runs), tables=[rel.name for rel in tables])
+
+
+def check_pulled(tmp: Path, came: list[Path], checkpoints: bool, repo: str) -> list[tuple[str, str]]:
+    """What a pull brought (`came`, relative to tmp), checked before anything is placed: only a results folder's
+    files (top-level tables and JSON, run and refit folders), regular files within PULL_MIB (JSON within
+    engine.inputs.JSON_MIB, tables readable as Parquet), and every run folder whole and its own
+    (engine.inputs.check_run_folder). A run pulled without its weights says so in its manifest, as push writes it.
+    Returns the run folders (folder, key); UsageError with one sentence otherwise."""
+    import pyarrow.parquet as pq
+
+    from engine.core.store import KEY, Store
+    from engine.inputs import check_run_folder, read_json
+
+    def refuse(why: str) -> UsageError:
+        return UsageError(f"{repo} {why}; nothing was pulled, and the results folder is as it was.")
+
+    runs = set()
+    for rel in came:
+        path = tmp / rel
+        top = len(rel.parts) == 1 and rel.suffix in (".parquet", ".json") and not rel.name.startswith(".")
+        run = len(rel.parts) == 3 and rel.parts[0] in RUN_FOLDERS and KEY.fullmatch(rel.parts[1])
+        if not (top or run) or path.is_symlink() or not path.is_file():
+            raise refuse(f"holds {rel.as_posix()[:80]!r}, which is not a file of a results folder")
+        if path.stat().st_size > PULL_MIB * 2**20:
+            raise refuse(f"holds {rel.as_posix()[:80]!r}, larger than {PULL_MIB} MiB, the most loopscope reads")
+        try:
+            if top and rel.suffix == ".json":
+                read_json(path, rel.name)
+            elif top:
+                pq.ParquetFile(path).close()
+        except UsageError as e:
+            raise refuse(f"holds {str(e).split(';')[0]}") from None
+        except Exception as e:  # pyarrow's errors for a file that is not Parquet are of many kinds
+            raise refuse(f"holds {rel.name}, which is not a readable Parquet table ({type(e).__name__})") from None
+        if run:
+            runs.add(rel.parts[:2])
+    for folder, key in sorted(runs):
+        manifest = tmp / folder / key / MANIFEST
+        if not checkpoints and manifest.is_file():  # pushed with --checkpoints, pulled without: say so, as push does
+            try:
+                m = read_json(manifest, f"{folder[:-1]} {key}'s manifest.json")
+            except UsageError:
+                m = None  # check_run_folder says what is wrong with it
+            if isinstance(m, dict) and isinstance(m.get("files"), dict):
+                if any(is_weights(n) and not (manifest.parent / n).exists() for n in m["files"]):
+                    manifest.write_bytes(_without_weights(manifest.read_bytes(), "pulled without --checkpoints"))
+        wrong = check_run_folder(Store(tmp, folder=folder), key)
+        if wrong:
+            raise refuse(f"holds a {folder[:-1]} that cannot be used: {wrong}")
+    return sorted(runs)
+
+
+def place_folder(src: Path, target: Path) -> None:
+    """target (a folder or a file) replaced by a copy of src in one step: the copy is made beside it under a hidden
+    name, then swapped in (engine.runtime.gpu_pack.exchange) or renamed into place; the old one then goes."""
+    from engine.runtime.gpu_pack import copy_tree, exchange
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = target.with_name(f".{target.name}.{os.getpid()}.pull")
+    if not src.is_dir():
+        try:
+            shutil.copy2(src, new)
+            os.replace(new, target)
+        finally:
+            new.unlink(missing_ok=True)
+        return
     try:
-        path = snapshot_download(repo_id=repo, repo_type="dataset", local_dir=str(root), ignore_patterns=ignore)
-    except Exception as e:
-        raise _hub_error(e, repo) from None
-    return Path(path)
+        copy_tree(src, new)
+        if target.exists():
+            exchange(new, target)
+        else:
+            new.rename(target)
+    finally:
+        shutil.rmtree(new, ignore_errors=True)  # the old folder after the exchange, else the unfinished copy

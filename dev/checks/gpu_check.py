@@ -1,4 +1,4 @@
-"""The checks of the GPU engine issue in one bounded run (dev/gpu-check.sh starts it; README, Performance (GPU)).
+"""The checks of the GPU engine issue in one bounded run (dev/checks/gpu-check.sh starts it; README, Performance (GPU)).
 
 Each stage writes its result into OUT/gpu-check.json as soon as it ends, so a run stopped by its time limit
 keeps what it measured. Stages:
@@ -8,7 +8,7 @@ keeps what it measured. Stages:
              `eval` of a run, `run e3`, `verify` on the same GPU
   bench      every throughput lever of `loopscope bench --device cuda` with peak memory beside the estimate
   e2_wall    paper-preset E2's wall at the measured rate beside its FLOP floor
-  readout    dev/readout_check.py (E1's released exit rule) on this device, when present
+  readout    dev/studies/e1-readout/readout_check.py (E1's released exit rule) on this device, when present
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
@@ -132,7 +132,7 @@ def main() -> int:
 
     stage("bench", run_bench)
     stage("e2_wall", lambda: e2_wall(result["bench"], args.size))
-    check = REPO / "dev" / "readout_check.py"
+    check = REPO / "dev" / "studies" / "e1-readout" / "readout_check.py"
     if check.exists():
 
         def readout():

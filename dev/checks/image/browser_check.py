@@ -1,7 +1,7 @@
-"""Chromium against the loopscope container (dev/image-check.sh): cold start to first render, the overview,
+"""Chromium against the loopscope container (dev/checks/image-check.sh): cold start to first render, the overview,
 one deep link and the read-only Run page.
 
-    python dev/image/browser_check.py URL [--shots DIR] -- COMMAND...
+    python dev/checks/image/browser_check.py URL [--shots DIR] -- COMMAND...
 
 The browser is launched first; then COMMAND (the `docker run -d ...` that starts the container) runs, and the
 clock starts with it: health is polled until /_stcore/health answers, then the overview is opened. Prints one

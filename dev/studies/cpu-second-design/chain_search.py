@@ -1,4 +1,4 @@
-"""The chain-task search of the second CPU design (SPEC §7.2; dev/LOG.md, 2026-12-03, written before it ran).
+"""The chain-task search of the second CPU design (docs/design.md §7.2; dev/LOG.md, 2026-12-03, written before it ran).
 
 Candidates run in the order listed, on two lanes of one thread each (lane i takes candidates i, i+2, ...);
 each trains 2 seeds (one group) `norm`-mode at T = 4 and is scored on the held-out items of k = 1..4 at
@@ -6,8 +6,9 @@ n = T. Adopted: the first candidate in list order whose mean over both seeds and
 No candidate starts after the budget (90 min wall on the 2 cores) is spent. Only C1-C4 fit the study's
 budget and can be adopted; C5 and C6 (2x and 4x the steps) say whether more training opens retrieval.
 
-    python dev/chain_search.py --lane 0 & python dev/chain_search.py --lane 1
-    python dev/chain_search.py --report
+    cd dev/studies/cpu-second-design
+    python chain_search.py --lane 0 & python chain_search.py --lane 1
+    python chain_search.py --report
 """
 
 from __future__ import annotations

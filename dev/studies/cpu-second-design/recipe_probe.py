@@ -1,11 +1,12 @@
-"""The second CPU design's recipe (SPEC §7.4), chosen only on `norm`-trained held-out accuracy at n = T.
+"""The second CPU design's recipe (docs/design.md §7.4), chosen only on `norm`-trained held-out accuracy at n = T.
 
 Rule (dev/LOG.md, written before it ran): per task, the first candidate in order whose mean accuracy at
 n = T = 4 over its held-out training difficulties (2 seeds) is >= 0.95 sets the task's recipe. Nothing
 the claims measure (the `none` mode, the surgery, n != T) enters the choice.
 
-    python dev/recipe_probe.py --lane 0 & python dev/recipe_probe.py --lane 1
-    python dev/recipe_probe.py --report
+    cd dev/studies/cpu-second-design
+    python recipe_probe.py --lane 0 & python recipe_probe.py --lane 1
+    python recipe_probe.py --report
 """
 
 from __future__ import annotations

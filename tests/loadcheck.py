@@ -1,10 +1,10 @@
 """How many visitors the dashboard holds: N browser sessions at once, each opening the overview and then the
 accuracy page, against a fresh `loopscope dashboard` on 127.0.0.1 (read-only, as a hosted copy is).
 
-    python dev/load-check.py [--sessions 4,8,16] [--results cached_results] [--timeout 80] [--json OUT]
-    python dev/load-check.py --floor      # the same sessions against dev/load_floor.py, a two-page bare Streamlit app
-    python dev/load-check.py --url URL    # against a dashboard already running elsewhere (browsers on this machine)
-    python dev/load-check.py --no-browser # the server alone: each visitor a protocol client, as if its browser were
+    python tests/loadcheck.py [--sessions 4,8,16] [--results cached_results] [--timeout 80] [--json OUT]
+    python tests/loadcheck.py --floor      # the same sessions against tests/load_floor.py, a 2-page bare Streamlit app
+    python tests/loadcheck.py --url URL    # against a dashboard already running elsewhere (browsers on this machine)
+    python tests/loadcheck.py --no-browser # the server alone: each visitor a protocol client, as if its browser were
                                           # on the visitor's own machine
 
 Per N it reports, over the sessions: time to the overview's first claim card and to the accuracy page's first
@@ -15,7 +15,7 @@ repeated by the same visitor (a new tab) and by a new one (a new browser context
 twice (its first view by this visitor, and a repeat). Each N gets a fresh server. The browser's CPU is that of
 Chromium's processes (and Playwright's driver), the server's left out.
 
-`--floor` serves dev/load_floor.py instead (nothing of loopscope: Streamlit's front end and one small chart), so the
+`--floor` serves tests/load_floor.py instead (nothing of loopscope: Streamlit's front end and one small chart), so the
 table says what any Streamlit app costs per visitor on this machine, the floor under the dashboard's numbers. `--url`
 drives a dashboard that is already running (server CPU and RSS then unknown): with the server on one machine and
 the browsers on another, the visitors' CPUs are theirs, as a hosted dashboard's are. `--no-browser` measures that
@@ -110,7 +110,7 @@ def rss_mb(pids: list[int]) -> float:
 
 class Server:
     """`loopscope dashboard` on 127.0.0.1, read-only, with its own verdict cache (cold, as a fresh host's); with
-    `floor`, dev/load_floor.py served by `streamlit run` with the same settings."""
+    `floor`, tests/load_floor.py served by `streamlit run` with the same settings."""
 
     def __init__(self, results: Path, cache: Path, floor: bool = False):
         self.port = free_port()
@@ -118,7 +118,7 @@ class Server:
         self.floor = floor
         env = dict(os.environ, LOOPSCOPE_READ_ONLY="1", LOOPSCOPE_CACHE=str(cache), LOOPSCOPE_REMOTE_JOBS="")
         if floor:
-            command = [sys.executable, "-m", "streamlit", "run", str(REPO / "dev" / "load_floor.py"),
+            command = [sys.executable, "-m", "streamlit", "run", str(REPO / "tests" / "load_floor.py"),
                        "--server.address", "127.0.0.1", "--server.port", str(self.port), "--server.headless", "true",
                        "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]  # fmt: skip
         else:
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=str(REPO / "cached_results"), help="the results folder to serve")
     parser.add_argument("--timeout", type=float, default=80.0, help="seconds a session may take (default 80)")
     parser.add_argument("--no-views", action="store_true", help="skip the cold/repeat view CPU measurement")
-    parser.add_argument("--floor", action="store_true", help="serve dev/load_floor.py (bare Streamlit) instead")
+    parser.add_argument("--floor", action="store_true", help="serve tests/load_floor.py (bare Streamlit) instead")
     parser.add_argument("--url", default="", help="drive a dashboard already running at this address instead")
     parser.add_argument("--no-browser", action="store_true", help="sessions as protocol clients: the server alone")
     parser.add_argument("--json", help="also write the records to this file")
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     views = not (args.no_views or args.url or args.floor or args.no_browser)  # loopscope's own server, in a browser
     records = [asyncio.run(measure(n, Path(args.results), args.timeout, views and i == 0, args.floor, args.url,
                                    browsers=not args.no_browser)) for i, n in enumerate(counts)]  # fmt: skip
-    served = args.url or ("dev/load_floor.py (bare Streamlit)" if args.floor else "loopscope dashboard")
+    served = args.url or ("tests/load_floor.py (bare Streamlit)" if args.floor else "loopscope dashboard")
     served += ", no browsers (protocol clients)" if args.no_browser else ""
     print(f"load check of {served} on {note}; sessions may take {args.timeout:.0f} s")
     print(table(records))

@@ -1,10 +1,10 @@
-"""The floor of `dev/load-check.py --floor`: Streamlit's own cost per visitor, with nothing of loopscope in it.
+"""The floor of `tests/loadcheck.py --floor`: Streamlit's own cost per visitor, with nothing of loopscope in it.
 
 Two pages shaped like the session the load check drives: an overview that writes "Paper:" and an `accuracy`
 page with one small Altair line chart. What a session costs here, the browser's CPU above all, is what any
 Streamlit app costs on the machine; the dashboard cannot cost less.
 
-    streamlit run dev/load_floor.py
+    streamlit run tests/load_floor.py
 """
 
 import altair as alt

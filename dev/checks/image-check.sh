@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hosting checked end to end (issue 19): build the image from ./Dockerfile, run it, look at it in Chromium.
 #
-#   sudo dev/image-check.sh            # as root; about 7 minutes from scratch; not part of the CI run (.ci/run)
+#   sudo dev/checks/image-check.sh            # as root; about 7 minutes from scratch; not part of the CI run (.ci/run)
 #
 # On a machine with the Docker client but no daemon and no registry access (these sandboxes):
 #   1. installs docker.io (dockerd), debootstrap and chromium from Debian's packages where missing;
@@ -12,7 +12,7 @@
 #      download.pytorch.org) and builds with `--build-arg TORCH_INDEX=...` and `--network host`; PyPI is reached
 #      directly by the build for everything else;
 #   5. runs the image's own CMD on a loopback port (`--network host`, port and address swapped), waits for
-#      /_stcore/health, opens the overview and a deep link in Chromium (dev/image/browser_check.py), checks that
+#      /_stcore/health, opens the overview and a deep link in Chromium (dev/checks/image/browser_check.py), checks that
 #      the Run page is read-only and that engine.runtime.jobs refuses a job inside the container;
 #   6. removes what it started: container, images, daemon, index server, temp dir (installed packages stay).
 #
@@ -23,7 +23,7 @@
 # for a consistent tree while files are being moved).
 set -euo pipefail
 
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 TORCH_VERSION=2.13.0
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE_TAG=python:3.11-slim # the Dockerfile's FROM, unchanged; a local stand-in inside the private daemon only
@@ -273,7 +273,7 @@ log "${RUN[*]}"
 look() {
   local shots=()
   [ -n "$KEEP" ] && mkdir -p "$KEEP" && shots=(--shots "$KEEP")
-  "$PY" "$REPO/dev/image/browser_check.py" "http://127.0.0.1:$PORT" "${shots[@]}" \
+  "$PY" "$REPO/dev/checks/image/browser_check.py" "http://127.0.0.1:$PORT" "${shots[@]}" \
     --alive "[ \"\$(docker inspect -f '{{.State.Running}}' $NAME)\" = true ]" -- "${RUN[@]}" || {
     echo "--- container log ---"
     docker logs "$NAME" 2>&1 | tail -n 40

@@ -1,8 +1,8 @@
 """Issue 31's agreement counts, re-measured: the exit step E1's `--readout released` reads vs the released rule's.
 
-    python dev/readout_check.py --device cpu --out /tmp/readout-cpu.json      # seconds on a CPU
-    python dev/readout_check.py --device cuda --out readout-cuda.json
-    python dev/readout_check.py --released /tmp/ouro/modeling_ouro.py --out /tmp/readout-cpu.json \\
+    python dev/studies/e1-readout/readout_check.py --device cpu --out /tmp/readout-cpu.json      # seconds on a CPU
+    python dev/studies/e1-readout/readout_check.py --device cuda --out readout-cuda.json
+    python dev/studies/e1-readout/readout_check.py --released /tmp/ouro/modeling_ouro.py --out /tmp/readout-cpu.json \\
         --write-reference tests/data/released_exit_steps.json   # how the committed reference was made
 
 Gate rows: `--rows` (20,000) rows of 8 gate logits drawn with seed `--seed` (0): a row bias uniform in
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from engine.ouro.modeling import released_exit_steps  # noqa: E402
 
@@ -237,7 +237,7 @@ def write_reference(path: Path, rule, rows: int, seed: int) -> None:
     about = (
         "Gate logits (rows of 8, exactly representable in the dtype) and, for each setting and n = 1..8, the "
         "1-based step read by the released OuroForCausalLM.forward run on the CPU with n loop steps, these "
-        "gates and one-hot step states; written by dev/readout_check.py --write-reference"
+        "gates and one-hot step states; written by dev/studies/e1-readout/readout_check.py --write-reference"
     )
     meta = {"about": about, "source": SOURCE, "torch": torch.__version__, "device": "cpu", "seed": seed}
     path.write_text(json.dumps({**meta, "cases": cases}, separators=(",", ":")) + "\n")

@@ -5,14 +5,14 @@
 # packs what may come back into $OUT: gpu-study-PIECE.tar.gz (for `loopscope merge`), gpu-study-PIECE.json (the
 # summary: each group's memory estimate, FLOPs, wall and rate; the tables' reports and verdicts) and the log.
 #
-#   bash dev/gpu-study.sh recipe|ladder|norm|none|chain-c1|chain-c2    # on the GPU machine (at most 8 minutes)
-#   GPU_STUDY_SIZE=smoke bash dev/gpu-study.sh PIECE                    # a dry run on the CPU at gpu-smoke size
+#   bash dev/studies/gpu-study/gpu-study.sh recipe|ladder|norm|none|chain-c1|chain-c2    # on the GPU machine (at most 8 minutes)
+#   GPU_STUDY_SIZE=smoke bash dev/studies/gpu-study/gpu-study.sh PIECE                    # a dry run on the CPU at gpu-smoke size
 #
 # GPU_STUDY_LIMIT (seconds, default 450) bounds the computation; the pack takes seconds after it. GPU_STUDY_BUDGET
 # (default 300): no group starts after it. GPU_STUDY_RESULTS: the results folder (default cached_results; a dry run's
 # default is /tmp/gpu-study-smoke-results, so nothing of it lands in cached_results).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 piece=${1:-}
 case "$piece" in
   recipe|ladder|norm|none|chain-c1|chain-c2) ;;
@@ -31,7 +31,7 @@ log="$OUT/gpu-study-$piece.log"
 { date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null || echo "commit ${LOOPSCOPE_COMMIT:-unknown: no .git here and LOOPSCOPE_COMMIT unset} (no .git here)"
   nvidia-smi 2>/dev/null | head -15; } > "$log"
 if [ "$piece" = recipe ]; then  # the recipe probe: R1-R3 on the 19M model (engine.core.presets.GPU_RECIPES)
-  timeout "$limit" python3 -u dev/gpu_recipe.py --out "$OUT" --device "$device" --size "$size" --budget "$budget" \
+  timeout "$limit" python3 -u dev/studies/gpu-study/gpu_recipe.py --out "$OUT" --device "$device" --size "$size" --budget "$budget" \
     >> "$log" 2>&1
   status=$?
 else
@@ -39,7 +39,7 @@ else
     --device "$device" --budget "$budget" --limit "$limit" --out "$OUT" >> "$log" 2>&1
   status=$?
   [ "$status" = 124 ] && echo "[gpu-study] the computation reached its limit of $limit s; packing what finished" >> "$log"
-  python3 -m engine.runtime.gpu_study pack "$piece" --preset "$preset" --results "$results" --out "$OUT" >> "$log" 2>&1
+  python3 -m engine.runtime.gpu_pack "$piece" --preset "$preset" --results "$results" --out "$OUT" >> "$log" 2>&1
   packed=$?
   [ "$status" = 0 ] && status=$packed
 fi

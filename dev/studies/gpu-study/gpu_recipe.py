@@ -6,7 +6,8 @@ held-out accuracy at n = T is >= 0.95 is adopted; later candidates are then not 
 measure (the `none` mode, the surgery, n != T) enters the choice. A candidate does not start once
 `--budget` seconds have passed (the GPU machine's command limit).
 
-    python dev/gpu_recipe.py --out DIR [--device cuda] [--size smoke (a dry run of the logic on the CPU)]
+    python dev/studies/gpu-study/gpu_recipe.py --out DIR [--device cuda]
+        [--size smoke (a dry run of the logic on the CPU)]
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from engine.core.presets import GPU_RECIPES, PAPER_MODEL, SECOND_STUDY_PARITY, RunConfig  # noqa: E402
 from engine.experiments.search import run_candidate  # noqa: E402

@@ -1,0 +1,399 @@
+"""Input the project did not make (issue 41): a results pack from another machine, a pulled dataset, a --config file,
+a shared link. Each is refused in one sentence (exit 2, no traceback) with the results folder byte-identical, or
+handled: `merge` is all or nothing (a full disk, a kill), reading is bounded, a URL's values are shown as text, and
+the memory estimate is an upper bound of the CPU's peak RSS. The packs are a genuine gpu-smoke ladder pack and copies
+of it changed as an attacker would, made here."""
+
+import errno
+import fnmatch
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import huggingface_hub
+import huggingface_hub.constants
+import pytest
+
+from engine import cli
+from engine.core.store import Store, parquet_bytes, sha256
+from engine.runtime import gpu_pack, gpu_study
+
+pytestmark = pytest.mark.slow  # the whole module: see docs/development.md, Tests
+
+SMOKE = "gpu-smoke"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory):
+    """The ladder piece at gpu-smoke, packed; and a results folder it was merged into."""
+    root, out, merged = (tmp_path_factory.mktemp(n) for n in ("results", "out", "merged"))
+    assert gpu_study.main(["run", "ladder", "--preset", SMOKE, "--results", str(root), "--device", "cpu",
+                           "--out", str(out)]) == 0  # fmt: skip
+    pack = out / gpu_pack.pack("ladder", SMOKE, root, out)["file"]
+    assert cli.main(["merge", str(pack), "--results", str(merged)]) == 0
+    return dict(pack=pack, merged=merged)
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every path under folder with its bytes (None: a folder)."""
+    if not folder.exists():
+        return {}
+    return {p.relative_to(folder).as_posix(): None if p.is_dir() else p.read_bytes() for p in folder.rglob("*")}
+
+
+def members(pack: Path) -> dict[str, tuple[tarfile.TarInfo, bytes | None]]:
+    with tarfile.open(pack) as tar:
+        return {m.name: (m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()}
+
+
+def write_pack(path: Path, items: dict[str, tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, (info, data) in items.items():
+            info = tarfile.TarInfo(name) if info is None else info
+            info.name = name
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def file_member(name: str, data: bytes):
+    return name, (None, data)
+
+
+def run_files(items, key: str) -> dict[str, str]:
+    """A run's files in a pack's members: role stem (rows, manifest, ...) -> member name."""
+    prefix = f"{SMOKE}/runs/{key}/"
+    return {n[len(prefix) :].split("-")[0].split(".")[0]: n for n in items if n.startswith(prefix) and items[n][1]}
+
+
+def set_rows(items, key: str, data: bytes, manifest_change=None) -> None:
+    """Give a pack's run other rows bytes, its manifest's checksum fixed to match (and the manifest changed)."""
+    names = run_files(items, key)
+    items[names["rows"]] = (items[names["rows"]][0], data)
+    manifest = json.loads(items[names["manifest"]][1])
+    manifest["files"][Path(names["rows"]).name] = sha256(data)
+    (manifest_change or (lambda m: None))(manifest)
+    items[names["manifest"]] = (items[names["manifest"]][0], json.dumps(manifest).encode())
+
+
+def keys_of(items) -> list[str]:
+    return sorted({n.split("/")[2] for n in items if n.startswith(f"{SMOKE}/runs/") and n.count("/") == 3})
+
+
+def refused(capsys, pack: Path, results: Path, words: str) -> str:
+    before = snapshot(results)
+    assert cli.main(["merge", str(pack), "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and err.startswith("loopscope: error: "), err
+    assert snapshot(results) == before  # byte-identical after a refusal
+    return err
+
+
+@pytest.fixture
+def results(genuine, tmp_path) -> Path:
+    """A results folder holding the genuine pack, merged."""
+    shutil.copytree(genuine["merged"], tmp_path / "results")
+    return tmp_path / "results"
+
+
+# ---------------------------------------------------------------- merge: every check before anything is placed
+
+
+def test_rows_that_are_not_parquet_with_their_checksum_fixed_are_refused(genuine, results, tmp_path, capsys):
+    items = members(genuine["pack"])
+    set_rows(items, keys_of(items)[0], b"PAR1 not a table" * 64)
+    shutil.rmtree(results / SMOKE)  # into a folder without the run: it would be new
+    err = refused(capsys, write_pack(tmp_path / "p.tar.gz", items), results, "rows are not a readable Parquet table")
+    assert "nothing was merged" in err
+    assert cli.main(["merge", str(genuine["pack"]), "--results", str(results)]) == 0  # the next merge works
+
+
+def test_a_manifest_whose_config_does_not_hash_to_its_key_is_refused(genuine, tmp_path, capsys):
+    items = members(genuine["pack"])
+    key = keys_of(items)[0]
+    name = run_files(items, key)["manifest"]
+    manifest = json.loads(items[name][1])
+    manifest["config"]["train"]["steps"] = 999999
+    items[name] = (items[name][0], json.dumps(manifest).encode())
+    refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "empty", "do not hash to its key")
+
+
+@pytest.mark.parametrize("field", ["git_commit", "host"])
+def test_an_extension_that_changes_the_manifest_is_refused(genuine, results, tmp_path, capsys, field):
+    store = Store(results / SMOKE)
+    key = store.run_keys()[0]
+    full = store.load_rows(key)
+    manifest = store.manifest(key)
+    files = manifest.pop("files")
+    store.commit(key, manifest, {"rows.parquet": parquet_bytes(full[full["boundary"] != "norm->rescale"])},
+                 {n: h for n, h in files.items() if not n.startswith("rows")})  # fmt: skip
+    items = members(genuine["pack"])
+    name = run_files(items, key)["manifest"]
+    changed = json.loads(items[name][1]) | {field: "elsewhere"}
+    items[name] = (items[name][0], json.dumps(changed).encode())
+    refused(capsys, write_pack(tmp_path / "p.tar.gz", items), results, f"its manifest's {field} differs")
+    assert cli.main(["merge", str(genuine["pack"]), "--results", str(results)]) == 0
+    assert "1 extended" in capsys.readouterr().out  # the genuine extension still merges
+
+
+def test_an_extension_whose_rows_lack_a_column_is_refused(genuine, results, tmp_path, capsys):
+    store = Store(results / SMOKE)
+    key = store.run_keys()[0]
+    items = members(genuine["pack"])
+    set_rows(items, key, parquet_bytes(store.load_rows(key).drop(columns=["split"])))
+    refused(capsys, write_pack(tmp_path / "p.tar.gz", items), results, "rows have the columns")
+
+
+@pytest.mark.parametrize("extra", ["evil.pkl", "run.sh"])
+def test_a_file_its_manifest_does_not_name_is_refused(genuine, tmp_path, capsys, extra):
+    items = members(genuine["pack"])
+    items.update([file_member(f"{SMOKE}/runs/{keys_of(items)[0]}/{extra}", b"import os")])
+    err = refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", "which is not a file its manifest")
+    assert extra in err
+
+
+def test_a_chain_search_file_that_is_not_json_or_too_many_of_them_are_refused(genuine, tmp_path, capsys):
+    items = members(genuine["pack"])
+    items.update([file_member(f"{SMOKE}/chain-search/C1.json", b"<html>")])
+    refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", "chain-search/C1.json is not JSON")
+    items = members(genuine["pack"])
+    items.update(file_member(f"{SMOKE}/chain-search/c{i}.json", b"{}") for i in range(gpu_pack.MEMBERS + 1))
+    refused(
+        capsys, write_pack(tmp_path / "many.tar.gz", items), tmp_path / "r", f"at most {gpu_pack.MEMBERS:,} members"
+    )
+
+
+# ---------------------------------------------------------------- bounded reading
+
+
+def test_a_pack_that_unpacks_past_its_caps_is_refused(genuine, tmp_path, capsys):
+    items = members(genuine["pack"])
+    key = keys_of(items)[0]
+    zeros = bytes((gpu_pack.MEMBER_MIB + 1) * 2**20)  # compresses to a few KB
+    set_rows(items, key, zeros)
+    bomb = write_pack(tmp_path / "zeros.tar.gz", items)
+    assert bomb.stat().st_size < 2**20
+    refused(capsys, bomb, tmp_path / "r", "is larger than a pack of the GPU study unpacks")
+    items = members(genuine["pack"])
+    items["gpu-study.json"] = (None, b" " * (gpu_pack.MEMBER_MIB + 1) * 2**20 + b"{}")
+    refused(capsys, write_pack(tmp_path / "json.tar.gz", items), tmp_path / "r", "is larger than")
+    items = members(genuine["pack"])  # many members each under the cap, more than UNPACKED_MIB together
+    per = (gpu_pack.MEMBER_MIB - 1) * 2**20
+    items.update(file_member(f"{SMOKE}/chain-search/z{i}.json", bytes(per)) for i in range(5))
+    refused(capsys, write_pack(tmp_path / "total.tar.gz", items), tmp_path / "r", f"{gpu_pack.UNPACKED_MIB} MiB in all")
+
+
+@pytest.mark.parametrize("size", [2**20, 8 * 2**30])
+def test_a_sparse_member_is_refused(genuine, tmp_path, capsys, size):
+    items = members(genuine["pack"])
+    name = f"{SMOKE}/runs/{keys_of(items)[0]}/model-000000000000.safetensors"
+    info = tarfile.TarInfo(name)
+    info.pax_headers = {"GNU.sparse.size": str(size), "GNU.sparse.map": "0,0", "GNU.sparse.name": name}
+    items[name] = (info, b"")
+    pack = write_pack(tmp_path / "sparse.tar.gz", items)
+    with tarfile.open(pack) as tar:
+        assert tar.getmember(name).issparse()
+    refused(capsys, pack, tmp_path / "r", "it holds a sparse file")
+
+
+@pytest.mark.parametrize("about", [
+    json.dumps({"study": "gpu-study", "preset": ["gpu-smoke"], "piece": "ladder"}).encode(),
+    json.dumps({"study": "gpu-study", "preset": "gpu-smoke", "piece": {"x": 1}}).encode(),
+    b"[" * 200_000 + b"]" * 200_000,
+])  # fmt: skip
+def test_a_study_json_of_the_wrong_type_or_nested_too_deep_is_refused(genuine, tmp_path, capsys, about):
+    items = members(genuine["pack"])
+    items["gpu-study.json"] = (None, about)
+    refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", "names no study preset")
+
+
+def test_a_member_named_like_the_study_folder_or_a_deep_manifest_is_refused(genuine, tmp_path, capsys):
+    items = {n: v for n, v in members(genuine["pack"]).items() if n == "gpu-study.json"}
+    items.update([file_member(SMOKE, b"x")])
+    refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", f"it holds {SMOKE!r}")
+    items = members(genuine["pack"])
+    name = run_files(items, keys_of(items)[0])["manifest"]
+    items[name] = (items[name][0], b'{"files": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
+    refused(capsys, write_pack(tmp_path / "deep.tar.gz", items), tmp_path / "r", "manifest.json is nested too deep")
+
+
+# ---------------------------------------------------------------- placing: all or nothing
+
+
+@pytest.fixture
+def small_disk(tmp_path, monkeypatch):
+    """A folder on a full disk: a 200 KiB tmpfs where this user may mount one (root), too small for the genuine pack
+    merged (about 400 KB); elsewhere a disk simulated full (ENOSPC) after a few files are copied. Yields the folder
+    and a function that makes room."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)],
+                                                   capture_output=True).returncode == 0  # fmt: skip
+    if mounted:
+        yield disk, lambda: subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+        return
+    copy, calls = shutil.copy2, []
+
+    def full(src, dst, **kw):
+        calls.append(dst)
+        if len(calls) > 10:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return copy(src, dst, **kw)
+
+    monkeypatch.setattr(shutil, "copy2", full)
+    yield disk, lambda: monkeypatch.setattr(shutil, "copy2", copy)
+
+
+def test_a_merge_onto_a_full_disk_leaves_the_folder_as_it_was_and_the_next_one_works(genuine, small_disk, capsys):
+    disk, make_room = small_disk
+    results = disk / "results"
+    results.mkdir()
+    (results / "notes.txt").write_text("mine")
+    before = snapshot(disk)
+    assert cli.main(["merge", str(genuine["pack"]), "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "no space left on the device" in err and err.count("\n") == 1
+    assert snapshot(disk) == before  # no partial merge, no .gpu-smoke.merge folder
+    make_room()
+    assert cli.main(["merge", str(genuine["pack"]), "--results", str(results)]) == 0
+    assert snapshot(results / SMOKE) == snapshot(genuine["merged"] / SMOKE)
+
+
+def test_a_merge_killed_before_its_last_step_leaves_the_folder_as_it_was(genuine, results, tmp_path):
+    shutil.rmtree(results / SMOKE / "runs" / Store(results / SMOKE).run_keys()[0])  # the pack adds one run
+    before = snapshot(results / SMOKE)
+    env = dict(os.environ, LOOPSCOPE_FAULT=f"e5-{SMOKE}:1")  # kill -9 while the table is written
+    merge = [sys.executable, "-m", "engine.cli", "merge", str(genuine["pack"]), "--results", str(results)]
+    assert subprocess.run(merge, env=env, cwd=REPO, capture_output=True).returncode == -9
+    assert snapshot(results / SMOKE) == before
+    assert subprocess.run(merge, cwd=REPO, capture_output=True).returncode == 0  # the next merge works
+    assert snapshot(results) == snapshot(genuine["merged"])  # exactly as merged: the killed one's copy is gone
+
+
+# ---------------------------------------------------------------- --config and pull
+
+
+@pytest.mark.parametrize("make", ["folder", "device", "deep", "fifo"])
+def test_a_config_that_is_no_regular_json_file_is_refused_in_one_sentence(tmp_path, capsys, make):
+    path = {"folder": tmp_path, "device": Path("/dev/zero"), "deep": tmp_path / "deep.json",
+            "fifo": tmp_path / "fifo"}[make]  # fmt: skip
+    if make == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    if make == "fifo":
+        os.mkfifo(path)
+    assert cli.main(["train", "--config", str(path), "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert ("not a regular file" in err or "nested too deep" in err) and err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """snapshot_download from a folder standing in for the dataset repo (no network)."""
+    remote = tmp_path / "hub"
+    remote.mkdir()
+
+    def snapshot_download(*, repo_id, repo_type, local_dir, ignore_patterns=(), **kw):
+        for path in remote.rglob("*"):
+            rel = path.relative_to(remote).as_posix()
+            if path.is_file() and not any(fnmatch.fnmatch(rel, p) for p in ignore_patterns):
+                (Path(local_dir) / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, Path(local_dir) / rel)
+        return local_dir
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    return remote
+
+
+def test_pull_offline_into_a_folder_that_exists_fails(genuine, results, monkeypatch, capsys):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the real client, no traffic
+    before = snapshot(results)
+    assert cli.main(["pull", "--repo", "someorg/somedata", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("cannot reach" in err or "nothing was downloaded" in err)
+    assert snapshot(results) == before
+
+
+def test_pull_says_what_came_and_refuses_what_merge_would(genuine, results, hub, capsys):
+    before = snapshot(results)
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 2  # the repo holds nothing
+    assert "nothing was downloaded from org/data" in capsys.readouterr().err
+    key = Store(results / SMOKE).run_keys()[0]
+    shutil.copytree(results / SMOKE / "runs" / key, hub / "runs" / key)
+    (hub / "runs" / key / "evil.pkl").write_bytes(b"\x80\x04")
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "'evil.pkl', which is not a file its manifest names" in err and err.count("\n") == 1
+    assert snapshot(results) == before
+    (hub / "runs" / key / "evil.pkl").unlink()
+    (hub / "e5-x.parquet").write_bytes((results / SMOKE / f"e5-{SMOKE}.parquet").read_bytes())
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 0
+    assert "4 files downloaded, 1 runs or refits, 1 top-level files (e5-x.parquet)" in capsys.readouterr().out
+    assert Store(results).status(key) == "ok"
+
+
+# ---------------------------------------------------------------- a URL's values, on a read-only server
+
+
+def test_a_value_from_the_url_is_shown_as_text_not_markdown(monkeypatch, tmp_path):
+    markdown_it = pytest.importorskip("markdown_it")
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("LOOPSCOPE_READ_ONLY", "1")
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(tmp_path))
+
+    def page():
+        from dashboard import data, ui
+
+        ui.select("study (preset)", ["cpu", "smoke"], "preset")
+        data.compare_folder("[folder](https://evil.example)")
+
+    at = AppTest.from_function(page)
+    at.query_params["preset"] = "[click me](https://evil.example) <img src=x> ![i](https://evil.example/i.png) `x`"
+    at.run()
+    assert len(at.warning) == 2
+    for warning in at.warning:
+        html = markdown_it.MarkdownIt().render(warning.value)
+        assert "<a" not in html and "<img" not in html and "<code" not in html and "evil.example" in html, html
+
+
+# ---------------------------------------------------------------- the memory estimate on the CPU
+
+PEAK = """
+import json, sys
+from dataclasses import replace
+from engine.core.memory import estimate
+from engine.core.presets import preset
+from engine.experiments.runs import train_and_evaluate
+cfg = preset("smoke", "parity", "norm")
+model, task, train = json.loads(sys.argv[1])
+cfg = replace(cfg, model=replace(cfg.model, **model), task=replace(cfg.task, **task),
+              train=replace(cfg.train, **train, steps=2, warmup_steps=1, group_size=1))
+train_and_evaluate(cfg, [0], "e2", "cpu", progress=False)
+status = open("/proc/self/status").read()
+peak = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:"))
+print(estimate(cfg, 1, "cpu").peak_bytes, peak)
+"""
+
+
+@pytest.mark.parametrize("change", [
+    ({"layers_per_block": 128}, {}, {}),
+    ({}, {"eval_examples": 100_000}, {}),
+])  # fmt: skip
+def test_the_memory_estimate_is_at_least_the_measured_peak_on_the_cpu(change):
+    """One process per case, its peak RSS (VmHWM: the high-water mark of its own memory since it started, evaluation
+    included; ru_maxrss would carry the forking test process's, which the kernel keeps across exec) against the
+    estimate."""
+    done = subprocess.run([sys.executable, "-c", PEAK, json.dumps(change)], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    estimated, measured = map(int, done.stdout.split()[-2:])
+    assert estimated >= measured, f"estimate {estimated / 2**20:.0f} MiB < peak RSS {measured / 2**20:.0f} MiB"
