@@ -22,7 +22,10 @@ st.config.set_option("runner.postScriptGC", False)
 # No motion: Streamlit animates its running indicator, skeletons and fades, and a visitor's browser repaints them
 # at 60 frames a second for as long as a page waits for the server (software-rasterised where there is no GPU);
 # still, a results viewer shows the same. First on every page, so it arrives with the first message of a run.
-st.html("<style>*, *::before, *::after { animation: none !important; transition: none !important; }</style>")
+st.html(
+    "<style>*, *::before, *::after { animation: none !important; transition: none !important; }"
+    "[data-testid=stMainBlockContainer] { padding-top: 2.5rem; }</style>"
+)  # the first screen for the results
 settings.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
 address = st.config.get_option("server.address")  # None: every interface, unless this is AppTest (no server)
 testing = st.config.get_option("global.appTest")  # st.config's: AppTest patches that one, not st.get_option
@@ -53,8 +56,16 @@ except settings.Refused as e:  # an unclear LOOPSCOPE_READ_ONLY: say so on every
 if settings.read_only():
     st.sidebar.caption(exposed or "Read-only: this copy shows results and runs nothing.")
     st.set_option("client.showErrorDetails", "type")  # an error outside page.run() (a callback, a fragment): no trace
+notice = st.empty()  # above the page: a link's parameters that name nothing on it (filled after it runs)
+asked = list(st.query_params)
 try:
     page.run()
+    unknown = [k for k in asked if k in st.query_params and k not in st.session_state]
+    if unknown:  # a bad value of a known parameter is named by its widget (ui._link_notice); an unknown one here
+        from dashboard.ui import as_text
+
+        named = ", ".join(f"{as_text(k)}={as_text(st.query_params.get(k, ''))}" for k in unknown)
+        notice.warning(f"This link's {named} names nothing on this page: ignored.")
 except Exception as e:  # last resort: a message, never a traceback (Streamlit's rerun/stop are BaseExceptions)
     st.error(
         f"This page could not be drawn ({type(e).__name__}: {settings.redact(str(e))}). The results may be from "

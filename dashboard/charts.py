@@ -74,7 +74,7 @@ def budget_rules(T: int | float, label: str | None = None) -> pd.DataFrame:
     return pd.DataFrame({"x": [T], "label": [label or f"trained budget T = {T:g}"]})
 
 
-def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined) -> list[alt.Chart]:
+def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined, height: int = HEIGHT) -> list[alt.Chart]:
     color = alt.Color("series:N", scale=colors, legend=None) if "series" in budgets else alt.value("#444444")
     rule = (
         alt.Chart(budgets)
@@ -82,10 +82,12 @@ def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined) -> list[alt.Char
         .encode(x="x:Q", color=color)
         .properties(name="budget")
     )
-    stacked = budgets.assign(y_px=[4 + 14 * i for i in range(len(budgets))])  # two sets' labels never overlap
+    # at the foot of the plot, where accuracy (above chance) and the curves near 1.0 do not run; two sets' labels
+    # stacked upwards, never overlapping (y in px from the top: the plot's height less 4 px per label line)
+    stacked = budgets.assign(y_px=[height - 4 - 14 * i for i in range(len(budgets))])
     text = (
         alt.Chart(stacked)
-        .mark_text(align="left", dx=4, baseline="top", fontSize=11)
+        .mark_text(align="left", dx=4, baseline="bottom", fontSize=11)
         .encode(x="x:Q", y=alt.Y("y_px:Q", scale=None), text="label:N", color=color)
         .properties(name="budget-label")
     )
@@ -93,15 +95,16 @@ def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined) -> list[alt.Char
 
 
 def _chance_layers(chance: float, label: str, x_at: float) -> list[alt.Chart]:
+    """The chance rule, dotted, with its label as a tooltip: a text on the plot would sit where curves near chance
+    run (every caption names the dotted rule)."""
     data = pd.DataFrame({"y": [chance], "x": [x_at], "label": [label]})
-    rule = alt.Chart(data).mark_rule(strokeDash=[2, 3], color="#666666").encode(y="y:Q").properties(name="chance")
-    text = (
+    rule = (
         alt.Chart(data)
-        .mark_text(align="right", dy=-6, fontSize=11, color="#666666")
-        .encode(x="x:Q", y="y:Q", text="label:N")
-        .properties(name="chance-label")
+        .mark_rule(strokeDash=[2, 3], color="#666666")
+        .encode(y="y:Q", tooltip=["label:N"])
+        .properties(name="chance")
     )
-    return [rule, text]
+    return [rule]
 
 
 def _reference_layers(refs: pd.DataFrame) -> list[alt.Chart]:
@@ -239,7 +242,12 @@ def delta_chart(
         alt.Chart(bands)
         .mark_rect(opacity=0.9)
         .encode(
-            y=alt.Y("y:Q", scale=alt.Scale(domain=[-1, 1]), title=y_title),
+            y=alt.Y(
+                "y:Q",
+                scale=alt.Scale(domain=[-1.06, 1.06], nice=False),
+                title=y_title,
+                axis=alt.Axis(values=[-1, -0.5, 0, 0.5, 1]),
+            ),  # room for a point and its CI at ±1
             y2="y2:Q",
             fill=alt.Fill(
                 "magnitude:N",
@@ -251,9 +259,13 @@ def delta_chart(
         .properties(name="magnitude-bands"),
         alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y="y:Q"),
     ]
-    domain = [float(summary[x].min()), float(summary[x].max())] if len(summary) else alt.Undefined
+    pad = 0.5 if x in INTEGER_AXES else 0.05 * float(summary[x].max() - summary[x].min() or 1) if len(summary) else 0
+    # half a step beyond the first and last x: their points and CIs are drawn whole, not cut at the edge
+    domain = [float(summary[x].min()) - pad, float(summary[x].max()) + pad] if len(summary) else alt.Undefined
     axis = alt.Axis(tickMinStep=1 if x in INTEGER_AXES else alt.Undefined)
-    base = alt.Chart(summary).encode(x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=domain), axis=axis))
+    base = alt.Chart(summary).encode(
+        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(domain=domain, nice=False), axis=axis)
+    )
     layers += [
         base.mark_rule(strokeWidth=1.5, color="#333333", opacity=0.6)
         .encode(y="delta_ci_low:Q", y2="delta_ci_high:Q")
@@ -273,7 +285,7 @@ def delta_chart(
         .properties(name="delta"),
     ]
     if budgets is not None and len(budgets):
-        layers += _budget_layers(budgets)
+        layers += _budget_layers(budgets, height=height)
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
 
 
@@ -311,7 +323,7 @@ def paired_chart(
         .properties(name="mean"),
     ]
     if budgets is not None and len(budgets):
-        layers += _budget_layers(budgets)
+        layers += _budget_layers(budgets, height=height)
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
 
 
@@ -335,7 +347,7 @@ def difference_chart(diffs: pd.DataFrame, x: str, x_title: str, y_title: str, bu
         .properties(name="difference"),
     ]
     if budgets is not None and len(budgets):
-        layers += _budget_layers(budgets)
+        layers += _budget_layers(budgets, height=220)
     return alt.layer(*layers).properties(width=WIDTH, height=220, autosize=AUTOSIZE)
 
 
@@ -465,7 +477,7 @@ def loss_text(loss) -> str:
     if value != value or value in (float("inf"), float("-inf")):
         return str(value)
     if value == 0:
-        return "0"
+        return "0 exactly"  # not a rounded small loss
     return f"{value:.4f}" if abs(value) >= 1e-3 else f"{value:.2e}"
 
 

@@ -175,7 +175,7 @@ def paired_summary(per_seed: pd.DataFrame, x: str, col: str, a: str, b: str, fam
     return stats.paired_summary(per_seed, [x], col, a, b, trained_loops=family_T, loops_col=x)
 
 
-E4_FAMILIES = {"n": 1, "ratio": 0, "difference": 0}  # the T whose sides make the README's Holm families for E4:
+E4_FAMILIES = {"n": 1, "ratio": 0, "difference": 0}  # the T whose sides make docs/design.md's Holm families for E4:
 # n = 2..3T (n = 1 alone), the matched ratios o = 1, 2, 3, and the differences n - T > 0 (0 alone)
 
 
@@ -329,11 +329,16 @@ def e1_manifest(slug: str) -> tuple[dict, str | None]:
     return _e1_manifest(str(path), state)
 
 
+def shown_token(text: str) -> str:
+    """A decoded token as the E2 tables show theirs (bare: `0`, `even`), quoted only where blank space would hide it."""
+    return text if text and text == text.strip() and text.isprintable() else repr(text)
+
+
 def e1_top_tokens(manifest: dict, task: str) -> pd.DataFrame:
     """The head's most frequent token per mode and step, decoded (E1 tokens are the LM's, not engine.core.tasks')."""
     tops = manifest.get("tasks", {}).get(task, {}).get("top_tokens", {})
     table = pd.DataFrame(
-        {mode: {int(n): repr(t.get("text", "")) for n, t in steps.items()} for mode, steps in tops.items()}
+        {mode: {int(n): shown_token(t.get("text", "")) for n, t in steps.items()} for mode, steps in tops.items()}
     )
     if table.empty:
         return table
@@ -366,7 +371,8 @@ def _run_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | N
             "seed": m["seed"],
             "steps": m.get("steps"),
             "final loss": m.get("final_loss"),
-            "wall (s)": m.get("wall_time_s"),
+            # a seed group trains as one batched model: its wall time once, on the group's first seed
+            "group wall (s)": m.get("wall_time_s") if m["seed"] == min(m.get("group") or [m["seed"]]) else None,
             "weights": "kept" if weights_not_kept(m) is None else "not kept",
             "device": m.get("device", ""),
             "commit": str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else ""),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dashboard import charts, results
+from dashboard import charts, matrix, results
 from dashboard.results import catalog  # noqa: F401  (one definition, shared with the dashboard)
 from engine import paper
 from engine.core import stats
@@ -29,14 +29,14 @@ TITLES = {"e1": "E1 · released Ouro weights", "e2": "E2 · norm vs none, from s
           "e3": "E3 · readout refit", "e4": "E4 · looped vs stacked",
           "e5": "E5 · agreement tested directly (beyond the paper)"}  # fmt: skip
 STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1320px;margin:2em auto;padding:0 1em;
 color:#1a1a1a;line-height:1.45}
 h1{font-size:1.7em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:12px}
+.cards{display:grid;grid-template-columns:1fr 1fr;gap:12px}.figures{display:grid;grid-template-columns:1fr 1fr;gap:18px}
 .card{border:1px solid #ccc;border-radius:8px;padding:10px 14px}
 .badge{display:inline-block;border-radius:10px;padding:1px 9px;font-size:.85em;font-weight:600;margin-left:.4em}
 .yes{background:#d8f0dc;color:#145a23}.no{background:#f8d7d5;color:#7c1d16}.none{background:#e6e6e6;color:#333}
-figure{margin:1.4em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#444}
+figure{margin:.6em 0}figure svg{width:100%;height:auto}figcaption{font-size:.9em;color:#444}
 table{border-collapse:collapse;font-size:.88em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 pre{background:#f5f5f5;padding:10px;overflow-x:auto}
 """
@@ -59,6 +59,17 @@ def own_studies(root: Path, preset_name: str | None = None) -> list[str]:
     return [s for s in results.studies(root) if s in results.OWN_FOLDER and s != preset_name]
 
 
+LEGEND = (
+    "At the held-out mean, by the rules written before each study ran (docs/design.md). One badge where the "
+    "paper's unpaired analysis and the paired one agree, one each where they differ; (hardest: ...) where the "
+    "hardest held-out difficulty reads otherwise. Every card follows."
+)  # the overview's, in the same words
+
+
+def say(text: str) -> None:
+    """Progress of a long build (`loopscope report` prints it; the overview's download does not)."""
+
+
 def _esc(text) -> str:
     return htmllib.escape(str(text))
 
@@ -78,14 +89,34 @@ def _svg(chart) -> str:
 # ---------------------------------------------------------------- claims
 
 
-def claims(experiment: str, rows: pd.DataFrame, preset_name: str) -> tuple[list[dict] | None, str | None, str | None]:
+def claims(
+    experiment: str, rows: pd.DataFrame, preset_name: str, root: Path | None = None
+) -> tuple[list[dict] | None, str | None, str | None]:
     """(claims, rules, problem): dashboard.results.claims_of (REGISTRY[e].claims), the same verdicts as the
-    overview's cards; claims None where the engine has none."""
+    overview's cards (with root: the overview's own, shipped or cached on disk); claims None where the engine has
+    none."""
+    if root is not None and results.table_path(root, experiment, preset_name).is_file():
+        found = results.claims(experiment, preset_name, root)
+        if not found["problems"]:
+            return (found["claims"] if found["rules"] else None), found["rules"], None
     try:
         rules, found = results.claims_of(experiment, rows, preset_name)
         return (found if rules else None), rules, None
     except Exception as e:  # too small or too odd a table: a sentence in the report
         return [], None, f"{experiment}-{preset_name}.parquet could not be summarised ({type(e).__name__}: {e})"
+
+
+def paired_cells(drawn: dict[tuple[str, str], str]) -> list[str]:
+    """Cards {(claim, task): html} in a two-column grid: one row per claim, parity then chain (matrix.TASKS), an
+    empty cell where a claim lacks a task, so a row never pairs two claims."""
+    claims = list(dict.fromkeys(claim for claim, _ in drawn))
+    others = sorted({t for _, t in drawn} - set(matrix.TASKS))
+    cells = []
+    for claim in claims:
+        mine = [drawn.get((claim, t), "") for t in matrix.TASKS] + [drawn[(claim, t)] for t in others
+                                                                     if (claim, t) in drawn]  # fmt: skip
+        cells += [m or "<div></div>" for m in mine] + ["<div></div>"] * (len(mine) % 2)
+    return cells
 
 
 def card_html(title: str, claim: dict, scale: str) -> str:
@@ -103,7 +134,7 @@ def _outcome_badge(outcome: str, prefix: str = "") -> str:
 
 
 def rule_card_html(title: str, card: dict, scale: str, experiment: str) -> str:
-    """A claim under the README's verdict rules (dashboard.results.rule_cards): each analysis at the held-out
+    """A claim under docs/design.md's verdict rules (dashboard.results.rule_cards): each analysis at the held-out
     mean and the hardest held-out difficulty, as the overview shows it."""
     analyses = card["analyses"]
     if (experiment, card["claim"]) in results.SAME_RULE:
@@ -190,6 +221,29 @@ def e2_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
             what = ("Thin lines: each seed's none − norm; black: the mean with its 95% bootstrap CI over seeds "
                     "(stats.paired_mean_ci); the Wilcoxon tests are on the cards.")  # fmt: skip
             out.append((f"E2 · {task}: paired per seed, none − norm", chart, f"{what} Items: {items}."))
+        out += claim_d_figures(part, task, T, items)
+    return out
+
+
+def claim_d_figures(part: pd.DataFrame, task: str, T: int, items: str) -> list[tuple[str, object, str]]:
+    """Claim (d) is judged on the state norm and the top-token share as well as on accuracy: both per step and mode,
+    as the Norm trajectories page draws them."""
+    out = []
+    for metric, y_title, chance in (("norm_post", "state norm ‖h_t‖ (L2, post-boundary)", None),
+                                    ("top_token_share", "top-token share (fraction)", 0.5)):  # fmt: skip
+        if not (part["metric"] == metric).any():
+            continue
+        curve, _ = _mode_curves(part, metric)
+        chart = charts.curves(curve, "eval_loops", charts.N_TITLE, y_title, budgets=charts.budget_rules(T),
+                              y_domain=None if chance is None else (0.0, 1.0), chance=chance,
+                              chance_label="balanced answers 0.5")  # fmt: skip
+        what = (
+            "Mean state norm at the answer position; claim (d) reads its max/min over steps 1..T, worst seed. "
+            if chance is None
+            else "1.0: the head gives one token for every example (claim (d): one token). "
+        )
+        cap = charts.caption(int(curve["n"].min()), curve["ci_method"], None, what) + f" Items: {items}."
+        out.append((f"E2 (d) · {task}: {'state norm' if chance is None else 'top-token share'} per step", chart, cap))
     return out
 
 
@@ -237,6 +291,7 @@ def e4_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
             if part.empty:
                 continue
             part = part.rename(columns={"x": x}).assign(series=[f"{a}, {mode}" for a in part["arch"]])
+            part = part[part[x] <= part.loc[part["arch"] == "looped", x].max()]  # the stacked T = 1 runs to n/T = 12
             chart = charts.curves(part, x, x_title, "accuracy (fraction correct)", chance=charts.CHANCE,
                                   budgets=charts.budget_rules(1.0, "n = T"), legend_title="model, mode")  # fmt: skip
             what = f"{task}, {level}, mode {mode} (e4.curves). Items: {_items(task_rows)}. "
@@ -250,11 +305,20 @@ def e1_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
     for task in sorted(rows["task"].unique()):
         curve, _ = _mode_curves(rows[rows["task"] == task])
         T = int(rows["trained_loops"].max())
+        mark = pd.DataFrame(
+            {
+                "x": [float(paper.TRAINED_LOOPS_OURO)],
+                "y": [paper.SURGERY_ACCURACY_AT_T],
+                "label": [f"paper: Ouro without the norm, {paper.SURGERY_ACCURACY_AT_T:.3f} at n = T"],
+            }
+        )
         chart = charts.curves(curve, "eval_loops", charts.N_TITLE, "accuracy (fraction correct)",
-                              budgets=charts.budget_rules(T), chance=charts.CHANCE)  # fmt: skip
-        what = f"E1 table `e1-{preset_name}`: {task}, all difficulties. A demonstration unless the slug names Ouro. "
+                              budgets=charts.budget_rules(T), chance=charts.CHANCE, references=mark)  # fmt: skip
+        demo = "ouro" not in preset_name.lower()
+        label = "Demonstration, not the released weights: a small Ouro-architecture model trained here. " * demo
+        what = f"{label}E1 table `e1-{preset_name}`: {task}, all difficulties. Black diamond: the paper's figure. "
         cap = charts.caption(int(curve["n"].min()), curve["ci_method"], charts.CHANCE, what)
-        out.append((f"E1 · {task}: accuracy per n", chart, cap))
+        out.append((f"E1 · {task}: accuracy per n" + " (demonstration, not the released weights)" * demo, chart, cap))
     return out
 
 
@@ -388,7 +452,7 @@ INSTALL = "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e .  # 
 
 def e1_command(root: Path, slug: str, tasks: str) -> list[str]:
     """The commands that made an E1 table, from its probe manifest (`e1-<slug>.json`): the model (a demonstration
-    trained here first, `python -m engine.ouro.demo`) and the probe's settings."""
+    trained here first, `python -m engine.experiments.e1_demo`) and the probe's settings."""
     try:
         m = json.loads((Path(root) / f"e1-{slug}.json").read_text())
     except (OSError, ValueError):
@@ -403,7 +467,8 @@ def e1_command(root: Path, slug: str, tasks: str) -> list[str]:
     command += f" --loops {min(loops)}-{max(loops)}" if loops else ""
     command += f" --prompts {first['prompts']}" if "prompts" in first else ""
     command += f" --readout {first['readout']}" if "readout" in first else ""
-    trained = ["python -m engine.ouro.demo  # trains the demonstration model"] if model.get("training") else []
+    demo = "python -m engine.experiments.e1_demo  # trains the demonstration model"
+    trained = [demo] if model.get("training") else []
     return [*trained, command]
 
 
@@ -444,9 +509,14 @@ def study_html(root: Path, tables: dict[str, str], prefix: str = "") -> list[str
             problems.append(f"{experiment}-{preset_name_}.parquet could not be read ({type(e).__name__})")
     tables = {e: p for e, p in tables.items() if e in frames}
     parts.append(f"<h2>{prefix}Claims</h2>")
+    study = next((p for e, p in tables.items() if e != "e1"), None)
+    if study:  # the overview's first screen: one row per claim, parity beside chain
+        say(f"{study}: verdicts")
+        found = [r for r in matrix.rows(study, root) if not r["note"] or r["experiment"] in tables]
+        parts.append(matrix.matrix_html(found, study, links=False) + f"<p class='legend'>{_esc(LEGEND)}</p>")
     for experiment, preset_name_ in tables.items():
         rows = frames[experiment]
-        found, rules, problem = claims(experiment, rows, preset_name_)
+        found, rules, problem = claims(experiment, rows, preset_name_, root)
         problems += [problem] if problem else []
         seeds = sorted(int(s) for s in rows["seed"].unique())
         scale = f"{experiment}-{preset_name_}.parquet: {preset_name_} preset, {len(seeds)} seed(s)"
@@ -457,23 +527,31 @@ def study_html(root: Path, tables: dict[str, str], prefix: str = "") -> list[str
         name = TITLES.get(experiment, experiment)
         if rules == "verdicts":
             found = results.rule_cards(experiment, found)
-            cards = [rule_card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale, experiment) for c in found]
-        else:  # E5
-            cards = [card_html(f"{name}: {c['claim']} · {c['task']}, {c['level']}", c, scale) for c in found]
-        parts.append(f'<div class="cards">{"".join(cards)}</div>')
+            drawn = {(c["claim"], c["task"]): rule_card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale,
+                                                             experiment) for c in found}  # fmt: skip
+        else:  # E5: both levels of a claim and task in one card
+            drawn = {}
+            for c in found:
+                title = f"{name}: {c['claim']} · {c['task']}, {c['level']}"
+                drawn[(c["claim"], c["task"])] = drawn.get((c["claim"], c["task"]), "") + card_html(title, c, scale)
+        parts.append(f'<div class="cards">{"".join(paired_cells(drawn))}</div>')
     for problem in problems:
         parts.append(f'<p class="problem"><b>Problem:</b> {_esc(problem)}</p>')
     parts.append(f"<h2>{prefix}Figures</h2>")
     for experiment, preset_name_ in tables.items():
         how = {"root": root} if experiment == "e5" else {}  # E5's ladder spans its partner on the other device
+        say(f"{experiment}-{preset_name_}: figures")
         try:
             figures += FIGURES[experiment](frames[experiment], preset_name_, **how) if experiment in FIGURES else []
         except Exception as e:
             parts.append(f"<p class='problem'>{experiment}: figures could not be drawn ({_esc(type(e).__name__)}: "
                          f"{_esc(e)})</p>")  # fmt: skip
+    drawn = []
+    say(f"{len(figures)} figures to SVG")
     for title, chart, caption in figures:
-        parts.append(f'<figure class="figure"><h3>{_esc(title)}</h3>{_svg(chart)}<figcaption>{_md(caption)}'
+        drawn.append(f'<figure class="figure"><h3>{_esc(title)}</h3>{_svg(chart)}<figcaption>{_md(caption)}'
                      "</figcaption></figure>")  # fmt: skip
+    parts.append(f'<div class="figures">{"".join(drawn)}</div>')
     if tables:
         header, body = provenance(root, tables, frames)
         parts.append(f"<h2>{prefix}Provenance</h2>{_table_html(header, body)}")
@@ -488,7 +566,7 @@ CPU_LADDER = (
     "19M rung is the recipe probe. Below 412k the ladder is the `cpu` study's; the rules read both."
 )
 GPU_STUDY = (
-    "The study at the paper's scale, run on a GPU (README, “The GPU study: predictions and rules, written before it "
+    "The study at the paper's scale, run on a GPU (docs/gpu-study.md, “Predictions and rules, written before it "
     "runs”): the second CPU study's parity on models up to the paper's 19M, E2 and E3 judged by the second CPU "
     "study's rules, E5's ladder (its bridge rung also run on the CPU) and rescale surgery. Its runs and tables live in "
     "a folder of their own under the results folder; the figures of E5's ladder mark each point's device."
@@ -505,8 +583,8 @@ def ladder_rules_html(root: Path, study: str) -> list[str]:
     partner = results.ladder_partner(study, root)
     tables = results.by_device({p: pd.read_parquet(results.table_path(root, "e5", p)) for p in (study, partner) if p})
     rules = ladder.rules(tables.get("cpu"), tables.get("gpu"))
-    return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run (README, "
-            "“The GPU study: predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
+    return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run "
+            "(docs/gpu-study.md, “Predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
             f"seeds.</p>" + _table_html(["claim", "outcome", "measured"],
                                         [[r.claim, r.outcome, r.measured] for r in rules])]  # fmt: skip
 
@@ -517,9 +595,11 @@ def html(root: Path, preset_name: str | None = None) -> str:
     root = Path(root)
     tables, own = chosen_tables(root, preset_name), own_studies(root, preset_name)
     where = _esc(shown_path(root))
-    parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{where}</code>, written "
+    study = preset_name or next((p for e, p in tables.items() if e != "e1"), None)
+    named = f", study <code>{_esc(study)}</code>" if study else ""
+    parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{where}</code>{named}, written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Each card is one claim of the paper: its figure, "
-             "the measured one, and a verdict by the study's rules (README, “Verdict rules”).</p>"]  # fmt: skip
+             "the measured one, and a verdict by the study's rules (docs/design.md, “Verdict rules”).</p>"]  # fmt: skip
     if not tables and not own:
         parts.append(f"<p>No experiment tables under <code>{where}</code>: run <code>loopscope run e2 "
                      "--preset cpu</code> first.</p>")  # fmt: skip
@@ -571,6 +651,12 @@ if __name__ == "__main__":  # `loopscope report` runs this: python -m dashboard.
     from engine.errors import UsageError, explain
 
     out, root, *chosen = sys.argv[1:]
+    began = time.monotonic()
+
+    def say(text: str) -> None:  # noqa: F811  (the module's hook, made to print)
+        print(f"report: {text} ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
+
+    globals()["say"] = say
     try:
         written = write(Path(out), Path(root), chosen[0] if chosen else None)
     except Exception as e:  # as the CLI says it: one sentence for a known failure, a traceback for a bug

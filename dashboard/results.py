@@ -32,7 +32,7 @@ SCALE_ORDER = ("paper", "gpu", "cpu-ladder", "cpu", "cpu-1layer", "gpu-smoke", "
 # checks that the two agree). Only these subfolders are read: never an arbitrary folder under the results folder.
 OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder"}
 GPU_STUDIES = ("gpu", "gpu-smoke")  # the studies designed for a GPU (the others ran on the CPU)
-# A GPU study's ladder continues a CPU study's, on the same task and budget T (README, "The GPU study": the bridge
+# A GPU study's ladder continues a CPU study's, on the same task and budget T (docs/gpu-study.md: the bridge
 # rung runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
 LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu", "cpu-ladder": "cpu"}
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
@@ -207,7 +207,7 @@ def has_heldout(rows) -> bool:
 
 def claims_of(experiment: str, rows, preset_name: str) -> tuple[str | None, list[dict]]:
     """(rules, claims) for one table: REGISTRY[experiment].claims(rows, preset), the experiment's one judge, as
-    dicts (engine.experiments.verdicts.Claim's fields); rules "verdicts" (the README's rules, cards per analysis and
+    dicts (engine.experiments.verdicts.Claim's fields); rules "verdicts" (docs/design.md's rules, cards per analysis and
     level: E2-E4) or "e5" (E5's own rules), else (None, []) for an experiment without verdicts (E1)."""
     from engine.experiments import NAMES
 
@@ -336,7 +336,7 @@ def warm(root: Path | None = None) -> int:
 
 
 def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
-    """The verdicts for one table: {"rules": "verdicts" (the README's rules, both analyses: E2-E4), "e5" or None
+    """The verdicts for one table: {"rules": "verdicts" (docs/design.md's rules, both analyses: E2-E4), "e5" or None
     (no verdicts, e.g. E1), "claims": [dict] (claims_of), "problems": [str], "scale": str}."""
     key = _table_key(Path(root) if root is not None else results_root(), experiment, preset_name)
     if key is None:
@@ -346,14 +346,14 @@ def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
 
 # ---------------------------------------------------------------- the second design's verdicts as cards
 
-SAME_RULE = {("e2", "d"), ("e3", "a"), ("e3", "b")}  # claims the README judges alike under both analyses
+SAME_RULE = {("e2", "d"), ("e3", "a"), ("e3", "b")}  # claims docs/design.md's rules judge alike under both analyses
 ANALYSES = {"paper": "The paper's analysis (Cliff's δ, Mann–Whitney, unpaired)",
             "paired": "Paired analysis (per-seed differences, Wilcoxon, Holm)",
-            "both": "Both analyses (the README reads this claim the same way)"}  # fmt: skip
+            "both": "Both analyses (the rules read this claim the same way)"}  # fmt: skip
 OUTCOME_COLORS = {
     "holds": "green",
     "does NOT hold": "red",
-    "undecided": "gray",  # the README's rules
+    "undecided": "gray",  # docs/design.md's rules
     "agreement": "green",
     "normalisation": "red",
     "mixed": "orange",

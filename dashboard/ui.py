@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the overview imports this module: nothing heavy on its way 
 STUDY_HELP = (
     "The tables found, largest study first; the default is the largest with an E2 table. gpu: the study at the "
     "paper's scale on a GPU (its own folder, gpu/: E2, E3 and E5's ladder and rescale surgery); cpu: the second CPU "
-    "study (held-out items, the README's verdict rules); cpu-1layer: the first, an earlier design."
+    "study (held-out items, docs/design.md's verdict rules); cpu-1layer: the first, an earlier design."
 )
 
 
@@ -105,7 +105,12 @@ def pick_study(options: Sequence[str], key: str = "preset", having: Sequence[str
     default = default if default in having else having[0] if having else None
     if len(options) > 1:
         return select("study (preset)", options, key, default=default, help=STUDY_HELP)
-    return options[0] if options else None
+    chosen = options[0] if options else None
+    asked = st.query_params.get(key)
+    if asked and asked != chosen:  # no selector to fall back on: say what the link asked for and what is shown
+        shown = f"**{chosen}** is shown instead" if chosen else "nothing is shown"
+        st.warning(f"This link's {key}={as_text(asked)} has no table on this page: {shown}.")
+    return chosen
 
 
 def pick_preset(experiment: str, key: str = "preset") -> str | None:

@@ -280,7 +280,7 @@ def cmd_pull(args) -> int:
 
 
 def cmd_ouro(args) -> int:
-    from engine.ouro import e1
+    from engine.experiments import e1
 
     args.loops = parse_loops(args.loops)
     tasks = e1.validate(args)  # all input checked before the results folder is touched
@@ -388,12 +388,20 @@ def cmd_restore(args) -> int:
     return 0 if all(w.startswith(("restored", "has its weights")) for w in outcome.values()) else 1
 
 
-def _params(cfg: dict) -> int | None:
-    """One model's parameters from a manifest's config (None where it is not a readable config)."""
+def _record(cfg: dict, with_config: bool, **fields) -> dict:
+    """One row of `loopscope list`: the run's model read from its manifest's config (blank where it does not read),
+    then `fields` (seed, steps, status...)."""
+    cfg = cfg if isinstance(cfg, dict) else {}
+    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     try:
-        return RunConfig.from_dict(cfg).model.n_params
-    except (ValueError, TypeError):
-        return None
+        params = RunConfig.from_dict(cfg).model.n_params
+    except (ValueError, TypeError, KeyError, AttributeError):
+        params = None
+    return {
+        "run_key": fields.pop("run_key"), "task": (cfg.get("task") or {}).get("name"),
+        "arch": "looped" if model.get("tied", True) else "stacked", "boundary": model.get("boundary"),
+        "T": model.get("trained_loops"), "params": params, **fields, **({"config": cfg} if with_config else {}),
+    }  # fmt: skip
 
 
 def part_trained(root: Path, with_config: bool) -> list[dict]:
@@ -406,16 +414,15 @@ def part_trained(root: Path, with_config: bool) -> list[dict]:
         meta = checkpoint_header(path)
         if meta is None:
             continue
-        cfg, model = meta.get("config", {}), meta.get("config", {}).get("model", {})
+        cfg, step = meta.get("config", {}), meta["step"]
         for seed in meta.get("seeds", []):
-            out.append({
-                "run_key": RunConfig.from_dict(cfg).run_key(seed) if _params(cfg) else "", "task": cfg["task"]["name"],
-                "arch": "looped" if model.get("tied", True) else "stacked", "boundary": model.get("boundary"),
-                "T": model.get("trained_loops"), "params": _params(cfg), "seed": seed, "steps": meta["step"],
-                "final_loss": None, "wall_s": None, "status": f"part-trained: step {meta['step']} of "
-                f"{cfg['train']['steps']} (checkpoint; the same command resumes it)", "weights": "",
-                **({"config": cfg} if with_config else {}),
-            })  # fmt: skip
+            try:
+                key = RunConfig.from_dict(cfg).run_key(seed)
+            except (ValueError, TypeError, KeyError, AttributeError):
+                key = ""
+            out.append(_record(cfg, with_config, run_key=key, seed=seed, steps=step, final_loss=None, wall_s=None,
+                               status=f"part-trained: step {step} of {cfg['train']['steps']} (checkpoint; the same "
+                               "command resumes it)", weights=""))  # fmt: skip
     return out
 
 
@@ -431,25 +438,12 @@ def cmd_list(args) -> int:
             m = store.manifest(key)
         except Exception:
             m = {}
-        cfg = m.get("config", {})
-        records.append(
-            {
-                **({"folder": str(store.root.relative_to(roots[0]))} if len(roots) > 1 or args.json else {}),
-                "run_key": key,
-                "task": cfg.get("task", {}).get("name"),
-                "arch": "looped" if cfg.get("model", {}).get("tied", True) else "stacked",
-                "boundary": cfg.get("model", {}).get("boundary"),
-                "T": cfg.get("model", {}).get("trained_loops"),
-                "params": _params(cfg),
-                "seed": m.get("seed"),
-                "steps": m.get("steps"),
-                "final_loss": m.get("final_loss"),
-                "wall_s": m.get("wall_time_s"),
-                "status": status,
-                "weights": store.weights_state(key) if status == "ok" else "",
-                **({"config": cfg} if args.json else {}),
-            }
-        )
+        folder = {"folder": str(store.root.relative_to(roots[0]))} if len(roots) > 1 or args.json else {}
+        records.append(folder | _record(
+            m.get("config", {}), args.json, run_key=key, seed=m.get("seed"), steps=m.get("steps"),
+            final_loss=m.get("final_loss"), wall_s=m.get("wall_time_s"), status=status,
+            weights=store.weights_state(key) if status == "ok" else "",
+        ))  # fmt: skip
     records += [r | ({"folder": str(root.relative_to(roots[0]))} if len(roots) > 1 or args.json else {})
                 for root in roots for r in part_trained(root, args.json)]  # fmt: skip
     if args.json:

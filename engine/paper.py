@@ -22,7 +22,7 @@ CHANCE = 0.5  # both tasks have balanced binary answers (docs/design.md §2)
 DELTA_MAGNITUDES = ((0.147, "negligible"), (0.33, "small"), (0.474, "medium"))  # Romano et al. (2006) cut-offs
 ALPHA = 0.05  # significance level of every test
 
-# -- the study's own thresholds (README, "Verdict rules")
+# -- the study's own thresholds (docs/design.md, "Verdict rules")
 HEAD_RECOVERY_RANGE = (0.2, 0.5)  # E3 (a): "about a third" = mean recovery within this range (and a plateau)
 FULL_RECOVERY = 0.9  # E3 (b): "all of it" = mean recovery at least this
 MIN_REFIT_GAP = 0.05  # E3: recovery is NaN where the surgery cost a seed less than this (nothing to recover)

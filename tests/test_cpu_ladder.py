@@ -11,7 +11,7 @@ import pytest
 
 from engine.core.model import ModelConfig
 from engine.core.presets import CPU_LADDER_RECIPE, cpu_ladder, preset, study_root
-from engine.core.store import Store
+from engine.core.store import Store, is_weights
 from engine.core.tasks import VOCAB_SIZE
 from engine.experiments import e5
 from engine.experiments.ladder import recipe_outcome
@@ -102,9 +102,15 @@ def test_ship_copies_finished_runs_weightless_and_builds_the_table_without_compu
     monkeypatch.setattr(e5, "ladder", lambda preset_name, task: [tiny("R1")])  # the shipped rung is the table's
     monkeypatch.setattr(e5, "preset", lambda name, task="parity", boundary="norm": tiny("R1"))
     store = Store(study_root(tmp_path / "repo", "cpu-ladder"))
-    assert cl.ship(source, store) == [tiny("R1").run_key(0)]
     key = tiny("R1").run_key(0)
+    store.run_dir(key).mkdir(parents=True)  # a damaged folder of the same run (a copy cut off): replaced whole
+    (store.run_dir(key) / "part.tmp").write_bytes(b"cut off")
+    assert store.status(key) != "ok"
+    assert cl.ship(source, store) == [key]
     assert store.status(key) == "ok" and store.weights_state(key).startswith("not kept")
+    names = {p.name for p in source.run_dir(key).iterdir() if not is_weights(p.name)}
+    assert {p.name for p in store.run_dir(key).iterdir()} == names
+    assert not list(store.root.glob(".ship-*"))  # nothing staged is left behind
     assert store.load_rows(key).equals(source.load_rows(key))
     table = pd.read_parquet(store.root / "e5-cpu-ladder.parquet")
     assert set(table["run_key"]) == {key} and {"norm", "norm->none", "norm->rescale"} <= set(table["boundary"])

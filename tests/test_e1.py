@@ -13,9 +13,11 @@ from test_ouro import _tiny_tokenizer  # tests/ is on sys.path under pytest
 
 from engine.cli import main
 from engine.core.store import RESULT_COLUMNS, sha256
-from engine.ouro import e1, hub, measure
+from engine.experiments import e1
+from engine.experiments import e1_bench as measure
+from engine.experiments.e1_probe import make_prompts, option_token_ids
+from engine.ouro import hub
 from engine.ouro.modeling import OuroConfig, OuroForCausalLM
-from engine.ouro.probe import make_prompts, option_token_ids
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 
@@ -137,7 +139,7 @@ def test_digit_splitting_tokenizer_gets_space_in_prompt():
     tok = measure.local_bpe_tokenizer(vocab_size=300)
     prompts = make_prompts("chain", 4, seed=0)
     assert tok(" 0")["input_ids"][0] == tok(" 1")["input_ids"][0]  # the clash this guards against
-    from engine.ouro.probe import fit_prompts
+    from engine.experiments.e1_probe import fit_prompts
 
     fitted = fit_prompts(tok, prompts)
     assert all(f.prompt == p.prompt + " " and f.options == ("0", "1") for f, p in zip(fitted, prompts, strict=True))
@@ -160,7 +162,7 @@ def test_demo_trains_saves_loads_back_and_probes_with_its_readout_recorded(tmp_p
     its manifest recording the readout."""
     from transformers import AutoModelForCausalLM
 
-    from engine.ouro import demo
+    from engine.experiments import e1_demo as demo
 
     tiny = dict(demo.DEMO_CONFIG, hidden_size=16, intermediate_size=44, num_attention_heads=2)
     monkeypatch.setattr(demo, "DEMO_CONFIG", tiny)
@@ -194,7 +196,7 @@ def test_demo_training_never_sees_the_prompts_it_is_judged_on(monkeypatch):
     """Every prompt of the probe (as `loopscope ouro` draws it for the demo) and of the training-time check is held
     out; training batches at the probe's difficulties replace each held-out prompt by an unseen one with the same
     answer, so the labels stay exactly balanced."""
-    from engine.ouro import demo
+    from engine.experiments import e1_demo as demo
 
     held = demo.held_out()
     for task, difficulty in demo.PROBE["difficulty"].items():
@@ -213,7 +215,7 @@ def test_demo_training_never_sees_the_prompts_it_is_judged_on(monkeypatch):
 
 
 def test_the_demo_size_is_the_one_documented():
-    from engine.ouro import demo
+    from engine.experiments import e1_demo as demo
 
     model = demo.build_model(demo.build_tokenizer(), seed=0)
     assert sum(p.numel() for p in model.parameters()) == 56_321
@@ -224,7 +226,7 @@ def test_demo_objective_is_ouros_gate_loss_written_out(ckpt):
     """demo.objective against Ouro's stage-1 loss computed here step by step from the gate's lambdas: per prompt,
     p_t = lam_t prod_{j<t}(1 - lam_j) (the last step the rest), loss = sum_t p_t CE_t - beta sum_t p_t log(1/p_t),
     averaged over prompts; and the gradient reaches the exit gate."""
-    from engine.ouro import demo
+    from engine.experiments import e1_demo as demo
 
     model = OuroForCausalLM.from_pretrained(ckpt).train()
     torch.manual_seed(0)

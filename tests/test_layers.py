@@ -1,5 +1,5 @@
 """The layers the code map promises, checked on the source: no import cycle between the engine's modules, and no
-import upward through core -> experiments/ouro -> runtime -> cli -> dashboard. Imports are read with ast, so an
+import upward through core -> ouro -> experiments -> runtime -> cli -> dashboard. Imports are read with ast, so an
 import inside a function counts as much as one at the top of a file (it runs as soon as that function does); only
 an import under `if TYPE_CHECKING:` (for annotations, never run) does not count."""
 
@@ -13,10 +13,11 @@ PACKAGES = ("engine", "dashboard")
 # the rank of each layer, lowest first: a module may import its own layer and those below it, never one above
 LAYERS = {
     "core": 0,  # engine.core, and engine.paper / engine.errors (they import nothing of the engine)
-    "experiments": 1,  # engine.experiments and engine.ouro
-    "runtime": 2,  # engine.runtime, and engine.inputs (the checks of untrusted input the runtime and the CLI share)
-    "cli": 3,  # engine.cli and engine.__main__
-    "dashboard": 4,
+    "ouro": 1,  # engine.ouro: the released model as an HF-style package (modeling, loading), never its experiments
+    "experiments": 2,  # engine.experiments, E1 on the released model included
+    "runtime": 3,  # engine.runtime, and engine.inputs (the checks of untrusted input the runtime and the CLI share)
+    "cli": 4,  # engine.cli and engine.__main__
+    "dashboard": 5,
 }
 
 
@@ -27,7 +28,9 @@ def layer(module: str) -> str:
     second = parts[1] if len(parts) > 1 else ""
     if second in ("core", "paper", "errors", ""):
         return "core"
-    if second in ("experiments", "ouro"):
+    if second == "ouro":
+        return "ouro"
+    if second == "experiments":
         return "experiments"
     if second in ("runtime", "inputs"):
         return "runtime"
@@ -160,6 +163,17 @@ def test_the_dashboard_takes_nothing_from_the_cli():
 def test_the_checks_see_a_cycle_and_an_upward_import():
     """The checks themselves: a made-up cycle is found, and the layers rank as the code map says."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    ranks = [LAYERS[layer(m)] for m in ("engine.core.model", "engine.ouro.modeling", "engine.runtime.jobs",
-                                        "engine.cli", "dashboard.app")]  # fmt: skip
-    assert ranks == sorted(ranks) and len(set(ranks)) == 5
+    ranks = [LAYERS[layer(m)] for m in ("engine.core.model", "engine.ouro.modeling", "engine.experiments.e1",
+                                        "engine.runtime.jobs", "engine.cli", "dashboard.app")]  # fmt: skip
+    assert ranks == sorted(ranks) and len(set(ranks)) == 6
+
+
+def test_the_ouro_package_holds_the_model_and_nothing_that_uses_it():
+    """engine/ouro is a model package in the style of transformers' models/<name>/: its modules import the core and
+    nothing else of the project (not E1, its probe, the demo or the bench, which are experiments)."""
+    edges = graph()
+    ouro = {m for m in edges if m.startswith("engine.ouro")}
+    assert ouro >= {"engine.ouro", "engine.ouro.modeling", "engine.ouro.hub"}
+    found = [f"{m} imports {t}" for m in sorted(ouro) for t in sorted(edges[m]) if layer(t) not in ("core", "ouro")]
+    assert not found, "\n".join(found)
+    assert not {m for m in ouro if m.rpartition(".")[2] in ("e1", "probe", "demo", "measure", "bench")}

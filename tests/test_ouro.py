@@ -1,4 +1,4 @@
-"""Tests for engine.ouro.modeling (local Ouro implementation) and engine.ouro.probe. Nothing is downloaded."""
+"""Tests for engine.ouro.modeling (local Ouro implementation) and engine.experiments.e1_probe. Nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from engine.experiments.e1_probe import COLUMNS, VARIABLES, ProbePrompt, fit_prompts, make_prompts, probe
 from engine.ouro.modeling import OuroConfig, OuroForCausalLM, exit_distribution, released_exit_steps
-from engine.ouro.probe import COLUMNS, VARIABLES, ProbePrompt, fit_prompts, make_prompts, probe
 
 TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 RELEASED_KEY = re.compile(

@@ -107,5 +107,106 @@ def test_bench_precision_section_at_a_tiny_size():
     r = result["sizes"]["tiny"]
     assert r["ratio"] == pytest.approx(r["fp32_step_s"] / r["bf16_step_s"])
     assert 0 < r["bf16_share_of_bf16_peak"] and r["attn_math_ratio"] > 0 and r["fused_adamw_ratio"] > 0
+    assert r["cast_cache_ratio"] > 0 and "inductor_ratio" not in r  # Inductor only when asked (minutes of compiling)
     assert result["bf16_peak_gflops"] > 0 and isinstance(result["flags"], list) and "loadavg" in r
-    assert "ratio" in bench.format_precision_report(result)
+    assert 0 < result["wall_s"] and "ratio" in bench.format_precision_report(result)
+
+
+# The model as it was before issue 44's levers (the last commit before them): the code that made every shipped fp32 run
+BEFORE_LEVERS = "546a057"
+
+
+def model_before_levers():
+    """engine/core/model.py at BEFORE_LEVERS as its own module, or None where git or that commit is not here."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    try:
+        source = subprocess.run(["git", "show", f"{BEFORE_LEVERS}:engine/core/model.py"], cwd=REPO,
+                                capture_output=True, check=True, text=True, timeout=30).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    spec = importlib.util.spec_from_loader("loopscope_model_before_levers", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(source, f"{BEFORE_LEVERS}:engine/core/model.py", "exec"), module.__dict__)
+    return module
+
+
+def trained(cfg: RunConfig, monkeypatch=None, build=None):
+    if build is not None:
+        monkeypatch.setattr(tr, "build", build)
+    result = tr.train_group(cfg, cfg.group(0), progress=False)
+    return result.losses, result.model.state_dict()
+
+
+def assert_bit_identical(a, b):
+    assert torch.equal(a[0], b[0])
+    assert a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1]), "weights differ"
+
+
+def test_fp32_training_is_bit_identical_to_the_model_before_the_levers(monkeypatch):
+    """Shipped results depend on it: fp32 training through today's model equals, bit for bit (losses and every
+    weight after training), the same training through engine/core/model.py as it was before issue 44."""
+    old = model_before_levers()
+    if old is None:
+        pytest.skip(f"needs git and commit {BEFORE_LEVERS} (a clone with its history)")
+    cfg = tiny(steps=6)
+    now = trained(cfg)
+
+    def old_build(model_cfg, seeds):
+        from dataclasses import asdict
+
+        model = old.LoopedLM(old.ModelConfig(**asdict(model_cfg)), members=len(seeds))
+        model.init_members(seeds)
+        return model
+
+    before = trained(cfg, monkeypatch, old_build)
+    assert_bit_identical(now, before)
+    # and the comparison can fail: the same training in bf16 is not bit-identical
+    bf = trained(tiny("bf16", steps=6))
+    assert not torch.equal(bf[0], now[0])
+
+
+def test_fp32_training_never_enters_a_bf16_lever(monkeypatch):
+    """Without git history too: fp32 training with every bf16 lever made to fail when entered (SDPA's math backend,
+    Inductor, the fused AdamW) runs, and gives the same losses and weights as with the levers left alone."""
+    from engine.core import model as model_module
+
+    cfg = tiny(steps=4)
+    now = trained(cfg)
+
+    def refused(*a, **kw):
+        raise AssertionError("an fp32 step entered a bf16 lever")
+
+    monkeypatch.setattr(model_module, "sdpa_kernel", refused)
+    monkeypatch.setattr(tr, "compiled", refused)
+    real_adamw = tr.adamw
+    monkeypatch.setattr(tr, "adamw", lambda *a, fused=None: refused() if fused else real_adamw(*a, fused=fused))
+    assert_bit_identical(now, trained(cfg))
+    with pytest.raises(AssertionError, match="bf16 lever"):  # the trap works: bf16 enters the math backend
+        trained(tiny("bf16", steps=1))
+
+
+def test_precision_agreement_per_n():
+    """Item 4's check on stored rows: a group drawn from the reference's own seeds is within at every n; a group
+    whose accuracy fell is not (the test can fail)."""
+    import numpy as np
+    import pandas as pd
+
+    cfg = cpu("parity")
+    rng = np.random.default_rng(0)
+    rows = [
+        {"metric": "accuracy", "boundary": "norm", "difficulty": d, "seed": s, "eval_loops": n,
+         "value": float(np.clip(0.95 - 0.05 * max(0, n - 4) + rng.normal(0, 0.01), 0, 1))}
+        for s in range(16) for n in range(1, 9) for d in (*cfg.task.train_difficulties, 16)
+    ]  # fmt: skip
+    ref = pd.DataFrame(rows)
+    same = ref[ref["seed"] < 4]
+    table = bench.precision_agreement(ref, same, cfg)
+    assert list(table["n"]) == list(range(1, 9)) and table["within"].all() and table["inside"].all()
+    assert (table["seeds"] == 4).all() and (table["reference_seeds"] == 16).all()
+    worse = same.assign(value=same["value"] - 0.2 * (same["eval_loops"] >= 4))
+    table = bench.precision_agreement(ref, worse, cfg)
+    assert table.set_index("n")["within"].to_dict() == {n: n < 4 for n in range(1, 9)}

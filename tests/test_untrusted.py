@@ -37,7 +37,7 @@ def genuine(tmp_path_factory):
                            "--out", str(out)]) == 0  # fmt: skip
     pack = out / gpu_pack.pack("ladder", SMOKE, root, out)["file"]
     assert cli.main(["merge", str(pack), "--results", str(merged)]) == 0
-    return dict(pack=pack, merged=merged)
+    return dict(pack=pack, merged=merged, made=root)
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
@@ -173,21 +173,31 @@ def test_a_chain_search_file_that_is_not_json_or_too_many_of_them_are_refused(ge
 # ---------------------------------------------------------------- bounded reading
 
 
-def test_a_pack_that_unpacks_past_its_caps_is_refused(genuine, tmp_path, capsys):
+@pytest.mark.parametrize("bomb", ["member", "json", "total"])
+def test_a_pack_that_unpacks_past_its_caps_is_refused(genuine, tmp_path, capsys, bomb):
+    """Each cap alone, on a member nothing else reads or checks (weights, their checksum fixed; chain-search JSON that
+    parses), so only the cap can refuse it."""
     items = members(genuine["pack"])
-    key = keys_of(items)[0]
-    zeros = bytes((gpu_pack.MEMBER_MIB + 1) * 2**20)  # compresses to a few KB
-    set_rows(items, key, zeros)
-    bomb = write_pack(tmp_path / "zeros.tar.gz", items)
-    assert bomb.stat().st_size < 2**20
-    refused(capsys, bomb, tmp_path / "r", "is larger than a pack of the GPU study unpacks")
-    items = members(genuine["pack"])
-    items["gpu-study.json"] = (None, b" " * (gpu_pack.MEMBER_MIB + 1) * 2**20 + b"{}")
-    refused(capsys, write_pack(tmp_path / "json.tar.gz", items), tmp_path / "r", "is larger than")
-    items = members(genuine["pack"])  # many members each under the cap, more than UNPACKED_MIB together
-    per = (gpu_pack.MEMBER_MIB - 1) * 2**20
-    items.update(file_member(f"{SMOKE}/chain-search/z{i}.json", bytes(per)) for i in range(5))
-    refused(capsys, write_pack(tmp_path / "total.tar.gz", items), tmp_path / "r", f"{gpu_pack.UNPACKED_MIB} MiB in all")
+    if bomb == "member":  # one run's weights: 17 MiB of zeros that compress to a few KB
+        key = next(k for k in keys_of(items) if "model" in run_files(items, k))
+        name = run_files(items, key)["model"]
+        zeros = bytes((gpu_pack.MEMBER_MIB + 1) * 2**20)
+        items[name] = (items[name][0], zeros)
+        manifest = json.loads(items[run_files(items, key)["manifest"]][1])
+        manifest["files"][Path(name).name] = sha256(zeros)
+        items[run_files(items, key)["manifest"]] = (None, json.dumps(manifest).encode())
+        words = "is larger than a pack of the GPU study unpacks"
+    elif bomb == "json":  # a study file of valid JSON, padded
+        items["gpu-study.json"] = (None, b" " * (gpu_pack.MEMBER_MIB + 1) * 2**20 + items["gpu-study.json"][1])
+        words = "is larger than"
+    else:  # many members each under the cap, more than UNPACKED_MIB together
+        per = (gpu_pack.MEMBER_MIB - 1) * 2**20
+        pad = b" " * per + b"{}"
+        items.update(file_member(f"{SMOKE}/chain-search/z{i}.json", pad) for i in range(5))
+        words = f"{gpu_pack.UNPACKED_MIB} MiB in all"
+    pack = write_pack(tmp_path / f"{bomb}.tar.gz", items)
+    assert pack.stat().st_size < 2**20
+    refused(capsys, pack, tmp_path / "r", words)
 
 
 @pytest.mark.parametrize("size", [2**20, 8 * 2**30])
@@ -214,10 +224,13 @@ def test_a_study_json_of_the_wrong_type_or_nested_too_deep_is_refused(genuine, t
     refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", "names no study preset")
 
 
-def test_a_member_named_like_the_study_folder_or_a_deep_manifest_is_refused(genuine, tmp_path, capsys):
+def test_a_member_named_like_the_study_folder_is_refused(genuine, tmp_path, capsys):
     items = {n: v for n, v in members(genuine["pack"]).items() if n == "gpu-study.json"}
     items.update([file_member(SMOKE, b"x")])
     refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", f"it holds {SMOKE!r}")
+
+
+def test_a_manifest_nested_too_deep_is_refused(genuine, tmp_path, capsys):
     items = members(genuine["pack"])
     name = run_files(items, keys_of(items)[0])["manifest"]
     items[name] = (items[name][0], b'{"files": ' + b"[" * 200_000 + b"]" * 200_000 + b"}")
@@ -252,11 +265,21 @@ def small_disk(tmp_path, monkeypatch):
     yield disk, lambda: monkeypatch.setattr(shutil, "copy2", copy)
 
 
+def fill(disk: Path) -> None:
+    """The small tmpfs filled but for 16 KiB, less than the files of any run take (a pack's ladder piece holds fewer
+    runs when its training budget runs out on a loaded machine, and might fit in 200 KiB); the simulated disk (not a
+    tmpfs of this size) is left alone."""
+    fs = os.statvfs(disk)
+    if fs.f_blocks * fs.f_frsize <= 2**20:
+        (disk / "filler").write_bytes(bytes(max(0, fs.f_bavail * fs.f_frsize - 16 * 2**10)))
+
+
 def test_a_merge_onto_a_full_disk_leaves_the_folder_as_it_was_and_the_next_one_works(genuine, small_disk, capsys):
     disk, make_room = small_disk
     results = disk / "results"
     results.mkdir()
     (results / "notes.txt").write_text("mine")
+    fill(disk)
     before = snapshot(disk)
     assert cli.main(["merge", str(genuine["pack"]), "--results", str(results)]) == 2
     err = capsys.readouterr().err
@@ -322,13 +345,18 @@ def test_pull_offline_into_a_folder_that_exists_fails(genuine, results, monkeypa
     assert snapshot(results) == before
 
 
-def test_pull_says_what_came_and_refuses_what_merge_would(genuine, results, hub, capsys):
+def test_pull_of_a_repo_that_holds_nothing_fails(results, hub, capsys):
     before = snapshot(results)
-    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 2  # the repo holds nothing
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 2
     assert "nothing was downloaded from org/data" in capsys.readouterr().err
+    assert snapshot(results) == before
+
+
+def test_pull_says_what_came_and_refuses_what_merge_would(genuine, results, hub, capsys):
     key = Store(results / SMOKE).run_keys()[0]
     shutil.copytree(results / SMOKE / "runs" / key, hub / "runs" / key)
     (hub / "runs" / key / "evil.pkl").write_bytes(b"\x80\x04")
+    before = snapshot(results)
     assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 2
     err = capsys.readouterr().err
     assert "'evil.pkl', which is not a file its manifest names" in err and err.count("\n") == 1
@@ -338,6 +366,77 @@ def test_pull_says_what_came_and_refuses_what_merge_would(genuine, results, hub,
     assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 0
     assert "4 files downloaded, 1 runs or refits, 1 top-level files (e5-x.parquet)" in capsys.readouterr().out
     assert Store(results).status(key) == "ok"
+
+
+def weightless_run(results: Path) -> str:
+    store = Store(results / SMOKE)
+    return next(k for k in store.run_keys() if store.weights_state(k) != "kept")
+
+
+def test_pull_refuses_a_run_stored_here_with_other_rows(results, hub, capsys):
+    """A run that is here (weightless, so --checkpoints downloads it) comes with other values: a conflict, as merge
+    says it, and nothing is placed, not even the pull's other, new run."""
+    here, key = results / SMOKE, weightless_run(results)
+    shutil.copytree(here / "runs" / key, hub / "runs" / key)
+    store = Store(hub)
+    rows = store.load_rows(key)
+    rows.loc[rows.index[0], "value"] += 0.5
+    manifest = store.manifest(key)
+    files = manifest.pop("files")
+    store.commit(
+        key, manifest, {"rows.parquet": parquet_bytes(rows)}, {n: h for n, h in files.items() if n[:4] != "rows"}
+    )
+    other = next(k for k in Store(here).run_keys() if k != key)
+    shutil.copytree(here / "runs" / other, hub / "runs" / other)
+    shutil.rmtree(here / "runs" / other)  # new here
+    before = snapshot(results)
+    assert cli.main(["pull", "--repo", "org/data", "--checkpoints", "--results", str(here)]) == 2
+    err = capsys.readouterr().err
+    assert f"conflicts with {here}: run {key} (other rows)" in err and err.count("\n") == 1, err
+    assert snapshot(results) == before
+
+
+def test_pull_extends_a_run_as_merge_does_and_brings_back_weights(genuine, results, hub, capsys):
+    """A weightless run here with fewer rows than the repo's: extended (as merge extends); a weightless run here whose
+    weights the repo has: given them back (`pull --checkpoints`), checked against its manifest."""
+    here, store = results / SMOKE, Store(results / SMOKE)
+    short = weightless_run(results)
+    full = store.load_rows(short)
+    manifest = store.manifest(short)
+    files = manifest.pop("files")
+    store.commit(short, manifest, {"rows.parquet": parquet_bytes(full[full["boundary"] != "norm->rescale"])},
+                 {n: h for n, h in files.items() if not n.startswith("rows")})  # fmt: skip
+    shutil.copytree(genuine["merged"] / SMOKE / "runs" / short, hub / "runs" / short)
+    made = Store(genuine["made"] / SMOKE)
+    back = next(k for k in store.run_keys() if k != short and store.weights_state(k) != "kept")
+    assert made.weights_state(back) == "kept"
+    shutil.copytree(made.run_dir(back), hub / "runs" / back)
+    assert cli.main(["pull", "--repo", "org/data", "--checkpoints", "--results", str(here)]) == 0
+    assert "2 runs or refits" in capsys.readouterr().out
+    assert len(store.load_rows(short)) == len(full) and store.status(short) == "ok"
+    assert store.weights_state(back) == "kept" and store.read(back, "model.safetensors") == made.read(
+        back, "model.safetensors"
+    )
+    assert not list(here.glob(".pull-*"))
+
+
+def test_pull_onto_a_full_disk_leaves_the_folder_as_it_was(genuine, small_disk, hub, capsys):
+    """The disk fills while the pulled runs are laid out beside their places (every run of the genuine piece, more
+    than the disk holds): nothing of the pull is placed, and once there is room the same pull works."""
+    disk, make_room = small_disk
+    results = disk / "results"
+    results.mkdir()
+    (results / "notes.txt").write_text("mine")
+    shutil.copytree(genuine["merged"] / SMOKE / "runs", hub / "runs")
+    fill(disk)
+    before = snapshot(disk)
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "no space left on the device" in err and err.count("\n") == 1
+    assert snapshot(disk) == before  # no run placed, no staging folder left
+    make_room()
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 0  # the next pull works
+    assert Store(results).run_keys() == Store(genuine["merged"] / SMOKE).run_keys()
 
 
 # ---------------------------------------------------------------- a URL's values, on a read-only server

@@ -1,7 +1,7 @@
 """E5, beyond the paper: agreement between training and running put to the test (docs/design.md §8).
 
 Every number here is engine.experiments.e5.summarize's (cached in dashboard.data) and every verdict
-e5.claims', the README's "E5 predictions" rules written before E5 ran."""
+e5.claims', the "E5 predictions" rules of docs/design.md, written before E5 ran."""
 
 import pandas as pd
 import streamlit as st
@@ -18,7 +18,7 @@ st.markdown(
     "not the normalisation, keeps depth reusable; it never varies agreement itself. E5 does, on the second "
     "design's models: (1) each model run in both modes, (2) both modes trained over a range of loop counts, "
     "(3) the surgery across model scales, (4) the boundary norm replaced by a fixed per-step rescale. The "
-    "README's *E5 predictions* say what each reading predicts and the rule that decides, written before E5 ran."
+    "docs/design.md's *E5 predictions* say what each reading predicts and the rule that decides, written before E5 ran."
 )
 table = views.load("e5", "E5 varies agreement itself on the second design's models.", COMMAND)
 if table is None:
@@ -96,6 +96,7 @@ def part2() -> None:
         gap[["train_loops", "eval_loops", "in_range", "mean", "ci_low", "ci_high", "n", "wilcoxon_p",
              "wilcoxon_p_holm"]],
         hide_index=True,
+        height="content",  # all of it: both distributions, every n
         column_config={"train_loops": "trained with", "eval_loops": "n", "in_range": "in the trained range",
                        "mean": st.column_config.NumberColumn("none − norm", format="%+.3f"),
                        "ci_low": st.column_config.NumberColumn("95% CI low", format="%+.3f"),
@@ -110,8 +111,8 @@ def part2() -> None:
 
 
 # a study may run only some parts (the GPU study: the ladder and the rescale surgery, norm-trained models only)
-not_here = (f"The `{table.preset}` study does not run it: its E5 is the ladder and the rescale surgery (README, “The "
-            "GPU study”); choose another study above for parts 1 and 2.")  # fmt: skip
+not_here = (f"The `{table.preset}` study does not run it: its E5 is the ladder and the rescale surgery "
+            "(docs/gpu-study.md); choose another study above for parts 1 and 2.")  # fmt: skip
 st.header("1 · Train mode × run mode")
 if (at_scale["part"] == "effects").any():
     part1()
@@ -145,7 +146,7 @@ gpu_ladder = results.device_of(table.preset) == "GPU" or results.ladder_partner(
 if task == "parity" and gpu_ladder:  # the GPU study's rules read both devices' ladders (engine.experiments.ladder)
     st.subheader("The GPU study's rules over both devices")
     st.caption(
-        "Written before any GPU run (README, “The GPU study: predictions and rules”): the slope of per-seed damage "
+        "Written before any GPU run (docs/gpu-study.md, “Predictions and rules”): the slope of per-seed damage "
         "against log10(parameters) over every rung, its 95% CI from a bootstrap that resamples seeds 0–3 jointly "
         "across rungs (grows above 0, shrinks below, flat otherwise; the bridge counted once, with the CPU's "
         "seeds); collapse per rung by E2 (d)'s criteria at n = T, the median seed deciding; the bridge's GPU "
@@ -188,8 +189,8 @@ else:
     what = (
         f"{task}, {level}{held}: the rescale surgery's recovery per rung (mean with its 95% bootstrap CI over the "
         f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP}), at n = T and 3T, against parameters; dashed: the paper's "
-        f"{paper.PAPER_PARAMS / 1e6:.0f}M. The README's rule per rung: agreement (scale) if the mean at T ≥ 0.5 with "
-        "its CI above 0.25."
+        f"{paper.PAPER_PARAMS / 1e6:.0f}M. docs/gpu-study.md's rule per rung: agreement (scale) if the mean at T ≥ 0.5 "
+        "with its CI above 0.25."
     )
     what += charts.devices_note(per_rung, T)
     chart = charts.ladder_chart(per_rung, paper.PAPER_PARAMS, "recovery (fraction regained)")

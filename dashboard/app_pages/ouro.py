@@ -62,7 +62,7 @@ if problem:
     st.warning(problem)
 model = manifest.get("model", {})
 size = f"{model['parameters']:,} parameters" if "parameters" in model else "size unknown"
-training = model.get("training") or {}  # engine.ouro.e1.training_record, for a checkpoint trained here
+training = model.get("training") or {}  # engine.experiments.e1.training_record, for a checkpoint trained here
 held_out = bool(training.get("held_out"))  # the probe's prompts were kept out of its training
 if "demo" in table.preset:
     trained = (

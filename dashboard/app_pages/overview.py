@@ -1,6 +1,6 @@
 """Each claim of the paper as a card: the paper's figure, the measured one, the scale, a verdict, a link.
 
-Every table is judged by its experiment's own claims (REGISTRY[e].claims: the README's verdict rules), under
+Every table is judged by its experiment's own claims (REGISTRY[e].claims: docs/design.md's verdict rules), under
 both analyses, at the held-out mean and the hardest held-out difficulty (a table without held-out items, the
 first study's or a smoke run's, on its in-range items). This page imports nothing heavy:
 dashboard.results computes (and caches on disk) the verdicts, so a new server draws it at once."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import results, ui
+from dashboard import matrix, results, ui
 from engine import paper
 
 PAGES = Path(__file__).resolve().parent
@@ -55,7 +55,8 @@ SECTIONS = {  # each experiment's claim as the paper states it; once its table e
         "page": PAGES / "ouro.py",
     },
 }
-BEYOND = {  # E5 goes beyond the paper: the claim is the paper's thesis, varied directly (README, "E5 predictions")
+# E5 goes beyond the paper: the claim is the paper's thesis, varied directly (docs/design.md, "E5 predictions")
+BEYOND = {
     "e5": {
         "title": "E5 · agreement tested directly (beyond the paper)",
         "card": "E5",
@@ -71,17 +72,25 @@ VERDICTS = {  # a card without a verdict (rule_card shows the verdicts)
     "pending": ("no verdict yet", "blue", ":material/help:"),
 }
 SHORT = {"paper": "paper's", "paired": "paired"}  # the two analyses in a badge
+LEGEND = (
+    "At the held-out mean, by the rules written before each study ran (docs/design.md). One badge where the paper's "
+    "unpaired analysis and the paired one agree, one each where they differ; *hardest:* where the hardest held-out "
+    "difficulty reads otherwise. Each cell opens its page; every card is below."
+)
 STUDY_NOTES = {
     "cpu-1layer": "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
     "training (no held-out split: judged by the second design's rules, its in-range items standing in for held-out "
     "ones), and a **parity-like control** for the chain (one ordered chain: the answer is the root bit XOR the parity "
     "of the `not`s). The second design (preset `cpu`) replaces it.",
-    "gpu": "The GPU study, at the paper's scale (README, “The GPU study”): the second CPU study's parity (held-out "
+    "gpu": "The GPU study, at the paper's scale (docs/gpu-study.md): the second CPU study's parity (held-out "
     "lengths, T = 4) on the paper's 19M model, E2 and E3 with 16 seeds, and E5's ladder (412,288 parameters, the "
     "bridge also run on the CPU, to 19M) with the rescale surgery on every rung; judged by the second CPU study's "
     "rules, unchanged. No E4, no E5 parts 1–2. Its runs and tables live in `gpu/` under the results folder.",
+    "cpu-ladder": "The GPU study's ladder above 412k parameters (1.6M, 5.3M and the paper's 19M), trained on the CPU "
+    "in fp32, one seed a group, under the GPU study's rules unchanged (docs/gpu-study.md); its 19M rung is the recipe "
+    "probe. Below 412k the ladder is the `cpu` study's.",
     "gpu-smoke": "The GPU study's structure at a size the CPU runs in seconds (dry runs and tests): not a result.",
-    "cpu": "The second CPU study: held-out in-range items, two layers per block, verdicts by the README's rules "
+    "cpu": "The second CPU study: held-out in-range items, two layers per block, verdicts by docs/design.md's rules "
     "under the paper's analysis and the paired one. Its chain is the ordered single chain, a **parity-like "
     "control**: no chain that needs retrieval by name trained at this size within the search budget (held-out "
     "k = 1..4 at chance, dev/LOG.md). The retrieval chain runs at the paper preset.",
@@ -101,43 +110,60 @@ def beyond_section(experiment: str, preset: str | None, prefix: str = "") -> Non
     """E5's cards: per task and claim, the outcome its rules name at the held-out mean and the hardest held-out.
     prefix: before the title, where the section is another study's (gpu_study)."""
     spec = BEYOND[experiment]
-    st.header(prefix + spec["title"])
+    if prefix:  # another study's section; the chosen study's sits in an expander named by its title
+        st.header(prefix + spec["title"])
     tables = results.presets(experiment)
     if not tables:  # its page appears with its table (dashboard/app.py): no link yet
         card(spec["card"], spec["text"], spec["paper"], f"not run yet: `{spec['command']}`", "—", None, None)
         return
-    chosen = preset if preset in tables else tables[0]
+    if preset not in tables:  # another study's cards are not this one's: say so (issue 43)
+        st.caption(f"{experiment.upper()} is not part of the `{preset}` study (its table exists at "
+                   f"{', '.join(f'`{t}`' for t in tables)}).")  # fmt: skip
+        return
+    chosen = preset
     with st.spinner(f"Computing the {experiment} verdicts (once per change of the table)…"):
         found = results.claims(experiment, chosen)
     for problem in found["problems"]:
         st.error(problem)
     grouped: dict[tuple, list[dict]] = {}
     for c in found["claims"]:
-        grouped.setdefault((c["task"], c["claim"]), []).append(c)
-    for i, ((task, claim), levels) in enumerate(grouped.items()):
-        levels = sorted(levels, key=lambda c: results.LEVELS.index(c["level"]) if c["level"] in results.LEVELS else 9)
-        if i % 2 == 0:
-            columns = st.columns(2)
-        with columns[i % 2], st.container(border=True):
-            first = levels[0]
-            st.markdown(
-                f"**{spec['card']} · {claim} · {task}**  \n{first['text']}  \n**Predicted:** {first['criterion']}"
-            )
-            st.markdown(
-                "  \n".join(f"{c['level']}: {results.badge(c['outcome'])} {c['measured']}" for c in levels)
-                + f"  \n**Scale:** {found['scale']}"
-            )
-            query = {"task": task} | ({"preset": chosen} if len(tables) > 1 else {})
-            st.page_link(spec["page"], label="Open the page", icon=":material/arrow_forward:", query_params=query)
+        grouped.setdefault((c["claim"], c["task"]), []).append(c)
+    claims = list(dict.fromkeys(claim for claim, _ in grouped))
+    for claim in claims:  # one row per claim: parity, then chain beside it (the row's two cells of the matrix)
+        columns = st.columns(2)
+        for column, task in zip(columns, matrix.TASKS, strict=True):
+            if (claim, task) in grouped:
+                with column:
+                    levels = grouped[(claim, task)]
+                    beyond_card(spec, claim, task, levels, found["scale"], chosen, len(tables) > 1, prefix)
+
+
+def beyond_card(
+    spec: dict, claim: str, task: str, levels: list[dict], scale: str, chosen: str, many: bool, prefix: str = ""
+) -> None:
+    """One E5 claim of one task: the outcome its rules name at each level, what was measured, a link; prefix: the
+    study, where the card is another study's (gpu_study)."""
+    levels = sorted(levels, key=lambda c: results.LEVELS.index(c["level"]) if c["level"] in results.LEVELS else 9)
+    with st.container(border=True):
+        first = levels[0]
+        title = f"{prefix}{spec['card']} · {claim} · {task}"
+        st.markdown(f"**{title}**  \n{first['text']}  \n**Predicted:** {first['criterion']}")
+        st.markdown(
+            "  \n".join(f"{c['level']}: {results.badge(c['outcome'])} {c['measured']}" for c in levels)
+            + f"  \n**Scale:** {scale}"
+        )
+        query = {"task": task} | ({"preset": chosen} if many else {})
+        st.page_link(spec["page"], label="Open the page", icon=":material/arrow_forward:", query_params=query)
 
 
 def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str, link: dict) -> None:
-    """One claim under the README's verdict rules: each analysis' outcome at the held-out mean and at the
+    """One claim under docs/design.md's verdict rules: each analysis' outcome at the held-out mean and at the
     hardest held-out difficulty, with what was measured, and at how many held-out difficulties it holds."""
     mean = results.LEVELS[0]  # the verdict is stated at the held-out mean (headline) and the hardest (below)
+    both = experiment_claim in results.SAME_RULE  # one badge, as the matrix and the report show it
     headline = " ".join(
-        results.badge(found["levels"][mean][0], f"{SHORT[analysis]}: ")
-        for analysis, found in c["analyses"].items()
+        results.badge(found["levels"][mean][0], "both: " if both else f"{SHORT[analysis]}: ")
+        for analysis, found in list(c["analyses"].items())[: 1 if both else None]
         if mean in found["levels"]
     )
     with st.container(border=True):
@@ -145,7 +171,7 @@ def rule_card(title: str, experiment_claim: tuple[str, str], c: dict, scale: str
             f"**{title}** &nbsp; {headline}  \n{c['text']}  \n**Paper:** {c['paper']}  \n**Rule:** {c['criterion']}"
         )
         analyses = c["analyses"]
-        if experiment_claim in results.SAME_RULE:  # the README reads these the same way under both analyses
+        if experiment_claim in results.SAME_RULE:  # the rules read these the same way under both analyses
             analyses = {"both": analyses["paper"]}
         for analysis, found in analyses.items():
             lines = [f"**{results.ANALYSES[analysis]}**"]
@@ -164,7 +190,8 @@ def section(experiment: str, preset: str | None, prefix: str = "") -> None:
     """One experiment's cards at the chosen study (or the largest study that has its table). prefix: before the
     title, where the section is another study's (gpu_study)."""
     spec = SECTIONS[experiment]
-    st.header(prefix + spec["title"])
+    if prefix:  # another study's section; the chosen study's sits in an expander named by its title
+        st.header(prefix + spec["title"])
     link = {"page": spec["page"], "label": "Open the page", "icon": ":material/arrow_forward:"}
     tables = results.presets(experiment)
     if not tables:
@@ -174,10 +201,11 @@ def section(experiment: str, preset: str | None, prefix: str = "") -> None:
             measured = f"not run yet: `{spec['command']}`"
             card(spec["card"], spec["text"], spec["paper"], measured, "—", None, link)
         return
+    if preset not in tables and experiment != "e1":  # E1's tables are named by the probed model, not by a study
+        st.caption(f"{experiment.upper()} is not part of the `{preset}` study (its table exists at "
+                   f"{', '.join(f'`{t}`' for t in tables)}).")  # fmt: skip
+        return
     chosen = preset if preset in tables else tables[0]
-    if chosen != preset and experiment != "e1":  # E1's tables are named by the probed model, not by a study
-        why = f"{experiment.upper()} is not part of the `{preset}` study" if preset in results.OWN_FOLDER else ""
-        st.caption(f"No `{experiment}-{preset}.parquet`{f' ({why})' if why else ''}: showing the `{chosen}` table.")
     with st.spinner(f"Computing the {experiment} verdicts (once per change of the table)…"):
         found = results.claims(experiment, chosen)
     for problem in found["problems"]:
@@ -194,18 +222,27 @@ def section(experiment: str, preset: str | None, prefix: str = "") -> None:
         link |= {"query_params": query}
         card(spec["card"], spec["text"], spec["paper"], measured, found["scale"], "pending", link)
         return
-    for i, c in enumerate(cards):
-        if i % 2 == 0:  # a new row of two cards, so neighbours line up
-            columns = st.columns(2)
-        page = NORMS if experiment == "e2" and c["claim"] == "d" else spec["page"]
-        label = {NORMS: "Norm trajectories", ACCURACY: "Accuracy vs depth"}.get(page, "Open the page")
-        params = query | {"task": c["task"]}
-        if experiment in ("e2", "e4"):  # the level the verdict is stated at
-            params["difficulty"] = results.LEVELS[0]
-        to = {"page": page, "label": label, "icon": ":material/arrow_forward:", "query_params": params}
-        title = f"{spec['card']} ({c['claim']}) · {c['task']}"
-        with columns[i % 2]:
-            rule_card(title, (experiment, c["claim"]), c, found["scale"], to)
+    rows: dict[str, dict] = {}  # one row per claim: parity, then chain beside it (the matrix's two cells)
+    for c in cards:
+        rows.setdefault(c["claim"], {})[c["task"]] = c
+    for by_task in rows.values():
+        columns = st.columns(2)
+        tasks = [t for t in matrix.TASKS if t in by_task] + [t for t in by_task if t not in matrix.TASKS]
+        for i, task in enumerate(tasks[:2]):
+            with columns[i]:
+                task_card(experiment, spec, by_task[task], found["scale"], query)
+
+
+def task_card(experiment: str, spec: dict, c: dict, scale: str, query: dict) -> None:
+    """One claim of one task under the verdict rules, with the link to its page at the level it is stated at."""
+    page = NORMS if experiment == "e2" and c["claim"] == "d" else spec["page"]
+    label = {NORMS: "Norm trajectories", ACCURACY: "Accuracy vs depth"}.get(page, "Open the page")
+    params = query | {"task": c["task"]}
+    if experiment in ("e2", "e4"):  # the level the verdict is stated at
+        params["difficulty"] = results.LEVELS[0]
+    to = {"page": page, "label": label, "icon": ":material/arrow_forward:", "query_params": params}
+    title = f"{spec['card']} ({c['claim']}) · {c['task']}"
+    rule_card(title, (experiment, c["claim"]), c, scale, to)
 
 
 def study_note(study: str) -> None:
@@ -218,18 +255,49 @@ def study_note(study: str) -> None:
 
 
 def gpu_study(gpu: str) -> None:
-    """The GPU study's own section beside a CPU study: its note, provenance and cards, from its own tables only."""
+    """A study with a folder of its own (the GPU study, the ladder on the CPU) beside the chosen one: its note,
+    provenance and matrix, its cards on expand, from its own tables only."""
     st.divider()
-    st.header(f"The GPU study (`{gpu}`), beside it")
+    name = "The GPU study's ladder on the CPU" if gpu == "cpu-ladder" else "The GPU study"
+    st.header(f"{name} (`{gpu}`), beside it")
     study_note(gpu)
+    st.html(matrix.matrix_html([r for r in matrix.rows(gpu) if not r["note"]], gpu))
     st.page_link(PAGES / "overview.py", label=f"Show the `{gpu}` study alone", icon=":material/arrow_forward:",
                  query_params={"study": gpu})  # fmt: skip
-    for experiment in SECTIONS:
-        if gpu in results.presets(experiment):
-            section(experiment, gpu, f"{gpu} · ")
-    for experiment in BEYOND:
-        if gpu in results.presets(experiment):
-            beyond_section(experiment, gpu, f"{gpu} · ")
+    with st.expander(f"`{gpu}`: every card"):
+        for experiment in SECTIONS:
+            if gpu in results.presets(experiment):
+                section(experiment, gpu, f"{gpu} · ")
+        for experiment in BEYOND:
+            if gpu in results.presets(experiment):
+                beyond_section(experiment, gpu, f"{gpu} · ")
+
+
+def headline_figure(study: str) -> None:
+    """The claims' first figure beside the matrix: accuracy per n on parity at the level the verdicts read, both
+    modes and the surgery (imports the engine: drawn after the matrix, which needs nothing heavy)."""
+    if study not in results.presets("e2"):
+        return
+    from dashboard import caching, charts, data, views
+
+    table = data.table("e2", study)
+    if table.rows is None:
+        return
+    looped = table.rows[table.rows["arch"] == "looped"]
+    task = "parity" if (looped["task"] == "parity").any() else sorted(looped["task"].unique())[0]
+    rows = looped[looped["task"] == task]
+    level = data.difficulty_options(rows)[0]  # the held-out mean where there are held-out items
+    key = (*table.key, "headline", task, level)
+    stats, per_seed = caching.derived(key, lambda: views.curves_of(rows, "accuracy", level))
+    chart = charts.curves(stats, "eval_loops", "inference loop count n", "accuracy", budgets=views.budgets_of(rows),
+                          chance=charts.CHANCE)  # fmt: skip
+    st.markdown(f"**Accuracy per loop count n** · {task}, {level}")
+    st.vega_lite_chart(dict(caching.vega_spec(chart)), width="stretch")
+    seeds = views.n_per_series(per_seed)
+    st.caption(f"Mean over {seeds} seeds per mode with its 95% bootstrap CI; `norm->none`: the norm-trained models "
+               "run without the norm (claim (d)).")  # fmt: skip
+    st.page_link(ACCURACY, label="Accuracy vs depth", icon=":material/arrow_forward:",
+                 query_params={"preset": study, "task": task, "difficulty": level})  # fmt: skip
 
 
 def report_html(study: str | None) -> bytes:
@@ -239,15 +307,14 @@ def report_html(study: str | None) -> bytes:
     return report.html_bytes(study)
 
 
-st.title("loopscope: does depth stay reusable?")
-st.markdown(
-    "*Agreement rather than normalisation keeps depth reusable in looped language models.* Each card is one "
-    "claim of the paper: its figure, ours from the cached results, the scale it was measured at, and a verdict."
-)
+st.html("<style>[data-testid=stMainBlockContainer] h1 { font-size: 2.1rem; }</style>")  # the title on one line
+heading, pick, get = st.columns([4.6, 2, 1.7], vertical_alignment="bottom")
+heading.title("loopscope: does depth stay reusable?")
 studies = results.studies()
-study = ui.pick_study(studies, key="study")  # not `preset`: Streamlit drops a link's parameter bound on this page
+with pick:
+    study = ui.pick_study(studies, key="study")  # not `preset`: Streamlit drops a link's parameter bound on this page
 if studies:
-    st.download_button(
+    get.download_button(
         "Download report",
         data=lambda: report_html(study),
         file_name="loopscope-report.html",
@@ -255,15 +322,25 @@ if studies:
         key="report",
         on_click="ignore",
         icon=":material/download:",
-        help="One self-contained HTML page: these claim cards, every figure (SVG), provenance and the commands "
+        help="One self-contained HTML page: this matrix, every card and figure (SVG), provenance and the commands "
         "that reproduce it; the same page as `loopscope report --out DIR --preset STUDY`.",
     )
 if study:
+    left, right = st.columns([2, 1])
+    with left:
+        with st.spinner("Reading the verdicts…"):
+            found = matrix.rows(study)
+        st.html(matrix.matrix_html(found, study))
+        st.caption(LEGEND)
+    with right:
+        headline_figure(study)
     study_note(study)
 for experiment in SECTIONS:
-    section(experiment, study)
+    with st.expander(f"{SECTIONS[experiment]['title']}: every card"):
+        section(experiment, study)
 for experiment in BEYOND:
-    beyond_section(experiment, study)
+    with st.expander(f"{BEYOND[experiment]['title']}: every card"):
+        beyond_section(experiment, study)
 if study not in results.OWN_FOLDER:  # a GPU study present: its own section below the CPU study's
     for gpu in [s for s in studies if s in results.OWN_FOLDER][:1]:
         gpu_study(gpu)

@@ -76,7 +76,7 @@ def train_spec() -> jobs.Spec | None:
 
 def experiment_spec(experiment: str) -> jobs.Spec | None:
     left, right = st.columns(2)
-    # the GPU study's presets run as its pieces on a GPU machine (README, "The GPU study: how to run it"), not here
+    # the GPU study's presets run as its pieces on a GPU machine (docs/gpu-study.md, "How to run it"), not here
     name = left.selectbox("preset", [p for p in PRESETS if p not in OWN_FOLDER], key="run_preset", **URL)
     tasks = right.pills(
         "tasks", list(tasks_of(name)), selection_mode="multi", default=["parity"], key="run_tasks", **URL
@@ -133,7 +133,9 @@ def show_job(job: jobs.Job) -> None:
             return
         if job.total:
             loss = f" · loss {job.loss:.4f}" if job.loss is not None else ""
-            eta = f" · about {math.ceil(job.eta_s)} s left" if job.active and job.eta_s is not None else ""
+            # the worker times training steps only: its estimate says so, never passed off as the whole job's
+            eta = (f" · training about {math.ceil(job.eta_s)} s more, then evaluation (not in this estimate)"
+                   if job.active and job.eta_s is not None else "")  # fmt: skip
             st.progress(min(1.0, job.step / job.total), text=f"step {job.step} of {job.total}{loss}{eta}")
         resumed = f" (started {job.launches} times: resumed)" if job.launches > 1 else ""
         st.caption(redact(job.message) + resumed)

@@ -1,13 +1,14 @@
-"""The checks of the GPU engine issue in one bounded run (dev/checks/gpu-check.sh starts it; README, Performance (GPU)).
+"""The placement checks of the GPU engine in one bounded run (dev/checks/gpu-check.sh starts it after the session's
+calibration, which measures what the study runs: dev/checks/gpu_session.py).
 
 Each stage writes its result into OUT/gpu-check.json as soon as it ends, so a run stopped by its time limit
-keeps what it measured. Stages:
+keeps what it measured; the exit status is 1 when any stage failed. Stages:
   env        the GPU, driver, CUDA, cuDNN, torch (engine.core.store.gpu_info)
   placement  `loopscope run e2 --preset smoke` on the device, twice into two folders: tables and weights
              bit-identical, evaluation on the device (manifest: dtype policy, GPU provenance, eval seconds);
-             `eval` of a run, `run e3`, `verify` on the same GPU
-  bench      every throughput lever of `loopscope bench --device cuda` with peak memory beside the estimate
-  e2_wall    paper-preset E2's wall at the measured rate beside its FLOP floor
+             `eval` of a run, `run e3`, `verify` on the same GPU (read from its whole output, not a tail)
+  bench      (--bench) every throughput lever of `loopscope bench --device cuda`; off by default: at the `paper`
+             preset it measures batch 256 and chain with 16 seeds, which the study does not run (issue 45)
   readout    dev/studies/e1-readout/readout_check.py (E1's released exit rule) on this device, when present
 """
 
@@ -30,7 +31,8 @@ def sh(*args: str, timeout: int = 300) -> dict:
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=REPO)  # fmt: skip
-    return {"rc": done.returncode, "s": round(time.perf_counter() - t0, 1), "tail": (done.stdout + done.stderr)[-600:]}
+    out = {"rc": done.returncode, "s": round(time.perf_counter() - t0, 1), "tail": (done.stdout + done.stderr)[-600:]}
+    return out | {"stdout": done.stdout}  # the whole of stdout: what a check reads (tqdm fills the tail of stderr)
 
 
 def digests(root: Path) -> dict[str, str]:
@@ -55,11 +57,15 @@ def placement(device: str) -> dict:
         out["e3"] = sh("run", "e3", "--preset", "smoke", "--seeds", "4", "--device", device, "--results", a)
         out["verify"] = sh("verify", "e2", "--preset", "smoke", "--seeds", "2", "--task", "parity", "--boundary",
                            "norm", "--device", device, "--results", a)  # fmt: skip
-        out["verify"]["bit_for_bit"] = "verified: bit for bit" in out["verify"]["tail"]
+        out["verify"]["bit_for_bit"] = "verified: bit for bit" in out["verify"].pop("stdout")
+        out["bit_identical"] = out["bit_identical"] and all(out[k]["rc"] == 0 for k in ("e2_first", "e2_again"))
+        for k in ("e2_first", "e2_again", "eval", "e3"):
+            out[k].pop("stdout", None)
         demo = str(REPO / "cached_results" / "e1-demo")  # E1's probe on the device, the released readout
         out["ouro"] = sh("ouro", "--model", demo, "--device", device, "--readout", "released", "--task", "parity",
                          "--difficulty", "parity=12", "--loops", "1-8", "--results", a)  # fmt: skip
         probes = [json.loads(p.read_text()) for p in Path(a).glob("e1*.json")]
+        out["ouro"].pop("stdout", None)
         out["ouro"]["readout_device"] = [m.get("readout_device") for m in probes]
     return out
 
@@ -93,6 +99,7 @@ def main() -> int:
     ap.add_argument("--size", default="paper", help="the bench's preset (smoke: a dry run on the CPU)")
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--bench", action="store_true", help="also every lever of `loopscope bench` at --size")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -130,8 +137,9 @@ def main() -> int:
         print(bench.format_device_report(r), flush=True)
         return r
 
-    stage("bench", run_bench)
-    stage("e2_wall", lambda: e2_wall(result["bench"], args.size))
+    if args.bench:
+        stage("bench", run_bench)
+        stage("e2_wall", lambda: e2_wall(result["bench"], args.size))
     check = REPO / "dev" / "studies" / "e1-readout" / "readout_check.py"
     if check.exists():
 
@@ -142,8 +150,11 @@ def main() -> int:
 
         stage("readout", readout)
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    failed = [k for k, v in result.items() if isinstance(v, dict) and ("error" in v or v.get("rc", 0) != 0)]
+    failed += [k for k in ("placement",) if isinstance(result.get(k), dict) and not result[k].get("bit_identical")]
+    result["failed"] = failed
     save()
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

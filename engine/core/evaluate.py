@@ -14,6 +14,9 @@ Mode `rescale` (model.py) takes each member's per-step scalars, (n_max, S); stat
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+
 import pandas as pd
 import torch
 from torch import Tensor
@@ -30,12 +33,35 @@ def _one(model: LoopedLM, i: int) -> LoopedLM:
     return model.member(i) if model.members > 1 else model
 
 
+def batched(model: LoopedLM) -> bool:
+    """Whether step_metrics evaluates the whole group in one forward: on a GPU ($LOOPSCOPE_EVAL_BATCHED=0 or 1
+    overrides; the CPU keeps one member at a time, as every shipped row was computed)."""
+    env = os.environ.get("LOOPSCOPE_EVAL_BATCHED")
+    return env == "1" if env in ("0", "1") else next(model.parameters()).is_cuda
+
+
+@contextmanager
+def tf32():
+    """TF32 matmuls and convolutions on a GPU inside the block (fp32 elsewhere): the evaluation's precision there."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
 @torch.no_grad()
 def step_metrics(
     model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int = 256, scales: Tensor | None = None
 ) -> dict[str, Tensor]:
-    """Each metric as an (n_max, S) tensor. Members are evaluated one at a time: batched kernels round
-    differently for different ensemble sizes, and a run's rows must not depend on what shares its batch."""
+    """Each metric as an (n_max, S) tensor. On the CPU members are evaluated one at a time: batched kernels round
+    differently for different ensemble sizes, and a run's rows must not depend on what shares its batch. On a GPU
+    the whole group is one forward (batched(): one launch per op for all members, under TF32 matmuls); its rows are
+    reproducible for the group, which the config fixes (RunConfig.group), as its training is."""
+    if batched(model):
+        with tf32():
+            return _member_metrics(model, batch, n_max, boundary, chunk, scales)
     cut = lambda i: None if scales is None else scales[:, i : i + 1]  # noqa: E731
     per_member = [_member_metrics(_one(model, i), batch, n_max, boundary, chunk, cut(i)) for i in range(model.members)]
     return {name: torch.cat([m[name] for m in per_member], 1) for name in per_member[0]}
@@ -67,21 +93,22 @@ def state_scales(model: LoopedLM, task: TaskConfig, n_max: int, examples: int = 
 
 
 def _member_metrics(model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: str, chunk: int, scales=None):
-    """step_metrics of a one-member model: each metric as an (n_max, 1) tensor."""
-    V = model.cfg.vocab_size
+    """step_metrics of a model of S members on the same items: each metric as an (n_max, S) tensor."""
+    V, S = model.cfg.vocab_size, model.members
     device = next(model.parameters()).device
     preds, choice, pre, post = [], [], [], []
     for start in range(0, len(batch.answers), chunk):
         tokens = batch.tokens[start : start + chunk].to(device)
-        out = model(tokens[None], n_max, boundary, scales=None if scales is None else scales.to(device))
-        logits = out.logits[:, :, :, -1].float()  # (n, 1, B, V)
+        tokens = tokens[None].expand(S, *tokens.shape)
+        out = model(tokens, n_max, boundary, scales=None if scales is None else scales.to(device))
+        logits = out.logits[:, :, :, -1].float()  # (n, S, B, V)
         preds.append(logits.argmax(-1))
         choice.append(logits[..., [tasks.ZERO, tasks.ONE]].argmax(-1))
         pre.append(out.norm_pre)
         post.append(out.norm_post)
-    preds, choice = torch.cat(preds, -1).cpu(), torch.cat(choice, -1).cpu()  # (n, 1, B)
+    preds, choice = torch.cat(preds, -1).cpu(), torch.cat(choice, -1).cpu()  # (n, S, B)
     answers = batch.answers  # token ids of "0"/"1" equal the bits
-    counts = torch.nn.functional.one_hot(preds, V).sum(-2)  # (n, 1, V)
+    counts = torch.nn.functional.one_hot(preds, V).sum(-2)  # (n, S, V)
     top_count, top_token = counts.max(-1)
     return {
         "accuracy": (preds == answers).float().mean(-1),

@@ -1,5 +1,5 @@
 """The type and range of every run-config field, in one table (RANGES), read by each config's __post_init__
-and documented in the README (Commands, "Config fields and their ranges").
+and documented in docs/commands.md, "Config fields and their ranges".
 
 The bounds are generous for research and stop absurd values before anything is built: a config inside them can
 still be refused for memory (engine.core.memory.check_fits, run before any training). Integers must be real
@@ -26,7 +26,7 @@ class Range:
     open_low: bool = False  # (low, high] rather than [low, high]
     open_high: bool = False  # [low, high) rather than [low, high]
     even: bool = False
-    note: str = ""  # the README's third column: what else holds
+    note: str = ""  # the third column of docs/commands.md's table: what else holds
 
     def __str__(self) -> str:
         if self.kind in (bool, str):
@@ -165,7 +165,7 @@ def check_difficulties(task: str, train: tuple[int, ...], evaluated: tuple[int, 
 
 
 def table_markdown() -> str:
-    """RANGES as the README's table (a test keeps the README in step with it)."""
+    """RANGES as docs/commands.md's table (a test keeps docs/commands.md in step with it)."""
     lines = ["| field | type and range | also |", "|---|---|---|"]
     for section, table in RANGES.items():
         for name, r in table.items():

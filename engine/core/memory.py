@@ -10,7 +10,8 @@ CPU for one member on two and on four items of the longest training sequence, un
 device trains with (fp32 on the CPU, bf16 autocast on CUDA), and adds up what autograd saves (each storage
 once). What grows with the batch is per item; the rest (under autocast, the weights' bf16 copies, made once
 per forward) is per member; both scale exactly with members x batch. With `train.checkpoint = "layer"`
-only each layer's input is kept per loop step, plus one layer's activations, recomputed in the backward.
+what the checkpointed forward keeps (counted the same way: each layer's input, fp32 under autocast too, and what the
+loop saves outside the layers), plus one layer's activations, recomputed in the backward.
 The count matches what an H200 measured to 1% (ACTIVATION_MARGIN); dev/checks/gpu-check.sh re-measures it.
 """
 
@@ -73,9 +74,11 @@ def longest_sequence(cfg: RunConfig) -> int:
                for d in cfg.task.train_difficulties)  # fmt: skip
 
 
-def _saved_bytes(cfg: RunConfig, kind: str, items: int) -> int:
+def _saved_bytes(cfg: RunConfig, kind: str, items: int, recompute: bool = False) -> int:
     """Bytes autograd saves in one training forward of one member on `items` items of the longest training sequence,
-    each storage counted once, parameters not counted."""
+    each storage counted once, parameters not counted. recompute (train.checkpoint "layer"): what the checkpointed
+    forward keeps, each layer's input included (held by the checkpoint for its recomputation, in its own dtype: fp32
+    under autocast too, where the residual stream stays fp32)."""
     from engine.core import model as model_module
     from engine.core.model import build
 
@@ -93,14 +96,20 @@ def _saved_bytes(cfg: RunConfig, kind: str, items: int) -> int:
             seen[s.data_ptr()] = max(seen.get(s.data_ptr(), 0), s.nbytes())
         return t
 
+    keep = lambda m, args: (pack(args[0]), None)[1]  # noqa: E731  (a pre-hook returning None leaves the input)
+    hooks = [layer.register_forward_pre_hook(keep) for layer in model.layers] if recompute else []
+
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=kind == "cuda")
     lever = model_module.CPU_BF16_MATH_ATTENTION  # a GPU runs PyTorch's own attention kernel: count what it saves
     model_module.CPU_BF16_MATH_ATTENTION = lever and kind != "cuda"
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
-            out = model(tokens, loops, all_positions=True, readout_steps="all" if cfg.train.loss_over_steps else "last")
+            out = model(tokens, loops, all_positions=True, readout_steps="all" if cfg.train.loss_over_steps else "last",
+                        recompute=recompute)  # fmt: skip
     finally:
         model_module.CPU_BF16_MATH_ATTENTION = lever
+        for hook in hooks:
+            hook.remove()
     del out
     return sum(seen.values())
 
@@ -113,21 +122,32 @@ def saved_bytes_per_item(cfg: RunConfig, kind: str) -> tuple[int, int, int]:
     batch sizes: what grows with the batch is per item, the rest per member."""
     two, four = _saved_bytes(cfg, kind, 2), _saved_bytes(cfg, kind, 4)
     per_item = (four - two) // 2
-    state = longest_sequence(cfg) * cfg.model.d_model * (2 if kind == "cuda" else 4)
+    state = longest_sequence(cfg) * cfg.model.d_model * 4  # fp32, under autocast too (the residual stream's dtype)
     return per_item, max(0, two - 2 * per_item), state
+
+
+@cache
+def checkpointed_bytes_per_item(cfg: RunConfig, kind: str) -> tuple[int, int]:
+    """saved_bytes_per_item's first two for train.checkpoint "layer": what the checkpointed forward keeps (every layer's
+    input at every loop step, fp32 under autocast as well, and what the loop saves outside the layers: the boundary,
+    its norms, the readout), counted on the CPU under `kind`'s dtype policy, per item and per member."""
+    two, four = _saved_bytes(cfg, kind, 2, recompute=True), _saved_bytes(cfg, kind, 4, recompute=True)
+    per_item = (four - two) // 2
+    return per_item, max(0, two - 2 * per_item)
 
 
 def estimate(cfg: RunConfig, members: int, device: str) -> MemoryEstimate:
     """The peak memory of training `members` seeds of `cfg` on `device` ("cpu" or "cuda")."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    per_item, per_member, state_per_item = saved_bytes_per_item(replace(cfg, max_eval_loops=1), kind)
+    per_item, per_member, _ = saved_bytes_per_item(replace(cfg, max_eval_loops=1), kind)
     items = members * cfg.train.batch_size
     activations = per_item * items + per_member * members
     checkpoint = getattr(cfg.train, "checkpoint", "none")
     tensor = items * longest_sequence(cfg) * cfg.model.d_model * 4  # one activation of the group, fp32
-    if checkpoint == "layer":  # each layer's input at every step, and one layer's activations recomputed at a time
+    if checkpoint == "layer":  # what the checkpointed forward keeps, and one layer's activations recomputed at a time
         calls = cfg.model.layers_per_block * cfg.model.trained_loops
-        activations = items * (calls * state_per_item + per_item // calls) + per_member * members
+        kept_item, kept_member = checkpointed_bytes_per_item(replace(cfg, max_eval_loops=1), kind)
+        activations = items * (kept_item + per_item // calls) + max(per_member, kept_member) * members
     return MemoryEstimate(
         members=members,
         state_bytes=16 * cfg.model.n_params * members,

@@ -268,7 +268,7 @@ def paper(task: str = "parity", boundary: str = "norm", arch: str = "looped") ->
     return _make(t, model, train, boundary, arch)
 
 
-# The GPU study's recipe candidates (README, "The GPU study: predictions and rules"), in the order the recipe probe
+# The GPU study's recipe candidates (docs/gpu-study.md, "Predictions and rules"), in the order the recipe probe
 # (dev/studies/gpu-study/gpu_recipe.py) runs them on the 19M model; the group size is the caller's (the probe:
 # seeds 0-3 as one group).
 GPU_RECIPES = {
@@ -276,9 +276,9 @@ GPU_RECIPES = {
     "R2": TrainConfig(steps=2000, batch_size=64, lr=5e-4),
     "R3": TrainConfig(steps=4000, batch_size=64, lr=5e-4),
 }
-# The recipe the `gpu` preset trains with. R1 until the probe has run: the README's rule decides (the first candidate
-# whose norm-trained held-out accuracy at n = T is >= 0.95, else the best, labelled "recipe below the bar"), and the
-# commit that changes this line cites the probe's numbers.
+# The recipe the `gpu` preset trains with. R1 until the probe has run: docs/gpu-study.md's rule decides (the first
+# candidate whose norm-trained held-out accuracy at n = T is >= 0.95, else the best, labelled "recipe below the
+# bar"), and the commit that changes this line cites the probe's numbers.
 GPU_RECIPE = "R1"
 
 
@@ -306,14 +306,17 @@ def gpu_smoke(task: str = "parity", boundary: str = "norm", arch: str = "looped"
 CPU_LADDER_RECIPE = "R1"
 
 
-def cpu_ladder(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+def cpu_ladder(
+    task: str = "parity", boundary: str = "norm", arch: str = "looped", recipe: str = CPU_LADDER_RECIPE
+) -> RunConfig:
     """The GPU study's ladder continued on the CPU, in fp32 (the precision of every lower rung): the paper's 19M model
     on the second study's parity with the GPU study's recipe (CPU_LADDER_RECIPE, adopted by the same rule), one seed
     a group: a 19M seed trains for about an hour on two cores, so each seed is a piece of its own, checkpointed and
     resumable (engine.runtime.cpu_ladder). Its ladder (E5 parts 3-4) adds 1.6M and 5.3M; the rungs up to 412k are
-    E5's `cpu` ladder. A folder of its own (OWN_FOLDER): no other study takes its runs."""
+    E5's `cpu` ladder. A folder of its own (OWN_FOLDER): no other study takes its runs. `recipe`: another of
+    GPU_RECIPES, for the probe's candidates."""
     _only_parity("cpu-ladder", task)
-    train = replace(GPU_RECIPES[CPU_LADDER_RECIPE], group_size=1)
+    train = replace(GPU_RECIPES[recipe], group_size=1)
     return _make(SECOND_STUDY_PARITY, PAPER_MODEL, train, boundary, arch)
 
 

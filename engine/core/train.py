@@ -104,7 +104,8 @@ def dtype_policy(device: str, is_compiled: bool, precision: str = "fp32") -> str
     """How a device trains and evaluates, as manifests record it (train.precision: the CPU's; a GPU is bf16 always)."""
     if device == "cuda":
         how = "torch.compile per decoder layer (dynamic shapes), " if is_compiled else ""
-        return f"cuda: {how}bf16 autocast for matmuls and attention, fp32 weights, AdamW (fused) and evaluation"
+        return (f"cuda: {how}bf16 autocast for matmuls and attention, fp32 weights and AdamW (fused); evaluation "
+                "fp32 with TF32 matmuls, the group in one forward")  # fmt: skip
     if precision == "bf16":
         how = ", torch.compile" if is_compiled else ""
         opt = "fused" if CPU_BF16_FUSED_ADAMW else "foreach"
@@ -125,6 +126,7 @@ AUTO_BF16_MIN_PARAMS = 1_000_000
 # AdamW's fused CPU kernel in bf16 training (fp32 keeps foreach: the shipped runs' rounding). Measured beside it
 # (foreach time / fused time of the whole bf16 step, `cpu` preset's model): 1.08x (16 seeds), 1.04x (4 seeds)
 CPU_BF16_FUSED_ADAMW = True
+FINITE_EVERY = 25  # on a GPU, the losses come to the host (and are checked) every this many steps (train_group)
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of a CPU that multiplies bf16 natively
 
 
@@ -211,13 +213,24 @@ def member_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return ce.sum(1) / counts
 
 
+def member_norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """(S,) gradient norm of each member over every tensor. On the CPU the sum of squares tensor by tensor, as every
+    shipped run clipped; on a GPU one multi-tensor launch (torch._foreach_norm over each tensor's member slices, the
+    same norm up to rounding and still per member: a member's norm reads none of its neighbours)."""
+    S = grads[0].shape[0]
+    if grads[0].is_cuda:
+        norms = torch._foreach_norm([g[i].float() for g in grads for i in range(S)])  # fp32 grads: .float() is a view
+        return torch.stack(norms).view(len(grads), S).pow(2).sum(0).sqrt()
+    return torch.stack([g.float().pow(2).flatten(1).sum(1) for g in grads]).sum(0).sqrt()
+
+
 def clip_per_member(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
-    """clip_grad_norm_ applied to each member separately; returns the (S,) pre-clip norms."""
-    sq = torch.stack([p.grad.float().pow(2).flatten(1).sum(1) for p in params]).sum(0)
-    norms = sq.sqrt()
+    """clip_grad_norm_ applied to each member separately; returns the (S,) pre-clip norms. The scaling is one
+    multi-tensor op (torch._foreach_mul_; bit-identical to scaling tensor by tensor, tests/test_gpu_engine.py)."""
+    grads = [p.grad for p in params]
+    norms = member_norms(grads)
     coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for p in params:
-        p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)).to(p.grad.dtype))
+    torch._foreach_mul_(grads, [coef.view(-1, *[1] * (g.dim() - 1)).to(g.dtype) for g in grads])
     return norms
 
 
@@ -294,12 +307,17 @@ def train_group(
     checkpoint_every: int = 0,
     on_step: Callable[[int, int, float], None] | None = None,
     compile: bool | None = None,
+    check_every: int = 0,
 ) -> TrainResult:
     """Train one group of seeds. With checkpoint_path, resume from it if it holds this run, and save it
     every checkpoint_every steps; on_step(steps done, total steps, mean loss) is called after each step.
     compile (default: compile_wanted) runs the forward through torch.compile (dynamic shapes, one compilation for
     every sequence length): worth it on a GPU, not on 2 CPU cores (README, performance). The estimated peak memory
-    is printed first, and a group that cannot fit ends with ValueError before anything is allocated."""
+    is printed first, and a group that cannot fit ends with ValueError before anything is allocated.
+    check_every (default: every step on the CPU, FINITE_EVERY on a GPU): the losses stay on the device and are copied
+    to the host, and checked for NaN or infinity, every this many steps (and before a checkpoint and at the end), so a
+    GPU step never waits for the host; a diverged loss still stops the training with the step it diverged at named
+    (the steps run past it are thrown away with the group). on_step sees the mean loss of the last step copied."""
     from engine.core.memory import GIB, check_fits
 
     device = resolve_device(device)
@@ -323,31 +341,48 @@ def train_group(
     loops = loop_schedule(cfg.train_loops, t.steps)
     params = list(model.parameters())
     losses = torch.empty(t.steps, len(seeds))
+    held = torch.empty(t.steps, len(seeds), device=device)  # each step's losses, on the device until copied
+    every = check_every or (FINITE_EVERY if device == "cuda" else 1)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda" or cpu_bf16)
     start = 0
     if checkpoint_path is not None:
         start = load_checkpoint(Path(checkpoint_path), cfg, seeds, model, opt, sched, generators, losses)
 
+    synced = [start, float("nan")]  # steps copied to the host and checked; the last one's mean loss
+
+    def sync(upto: int) -> None:
+        if upto <= synced[0]:
+            return
+        losses[synced[0] : upto] = held[synced[0] : upto].cpu()
+        bad = (~torch.isfinite(losses[synced[0] : upto]).all(1)).nonzero()
+        if len(bad):  # diverged: stop, store nothing (the caller gets one sentence naming the first such step)
+            first = synced[0] + int(bad[0])
+            raise NonFiniteLoss(cfg, seeds, first + 1, losses[first])
+        synced[:] = [upto, float(losses[upto - 1].mean())]
+
     bar = tqdm(range(start, t.steps), desc=f"train {cfg.task.name} x{len(seeds)} seeds", disable=not progress)
     for step in bar:
         batches = [tasks.train_batch(cfg.task, schedule[step], t.batch_size, g) for g in generators]
-        tokens = torch.stack([b.tokens for b in batches]).to(device, non_blocking=True)
-        targets = torch.stack([b.targets for b in batches]).to(device, non_blocking=True)
+        tokens, targets = (torch.stack([getattr(b, f) for b in batches]) for f in ("tokens", "targets"))
+        if device == "cuda":  # pinned: the copy runs beside the step before it, the host does not wait
+            tokens, targets = tokens.pin_memory(), targets.pin_memory()
+        tokens, targets = tokens.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         with autocast:
             out = forward(tokens, loops[step], all_positions=True, readout_steps="all" if t.loss_over_steps else "last",
                           recompute=t.checkpoint == "layer")  # fmt: skip
         loss = member_losses(out.logits, targets)
         optimizer_step(loss.sum(), opt, sched, params, t.grad_clip)  # each member's gradient is its own loss's
-        losses[step] = loss.detach().float().cpu()
-        if not torch.isfinite(losses[step]).all():  # diverged: stop, store nothing (the caller gets one sentence)
-            raise NonFiniteLoss(cfg, seeds, step + 1, losses[step])
-        if step % 50 == 0 or step == t.steps - 1:
-            bar.set_postfix(loss=f"{losses[step].mean():.4f}")
+        held[step] = loss.detach().float()
         done = step + 1
-        if checkpoint_path is not None and checkpoint_every > 0 and done % checkpoint_every == 0 and done < t.steps:
+        saving = checkpoint_path is not None and checkpoint_every > 0 and done % checkpoint_every == 0
+        if done % every == 0 or done == t.steps or saving:
+            sync(done)
+        if step % 50 == 0 or step == t.steps - 1:
+            bar.set_postfix(loss=f"{synced[1]:.4f}")
+        if saving and done < t.steps:
             save_checkpoint(Path(checkpoint_path), cfg, seeds, done, model, opt, sched, generators, losses)
         if on_step is not None:
-            on_step(done, t.steps, float(losses[step].mean()))
+            on_step(done, t.steps, synced[1])
     peak = torch.cuda.max_memory_allocated() / GIB if device == "cuda" else None
     policy = dtype_policy(device, compile, t.precision)
     return TrainResult(model, losses, time.perf_counter() - t0, device, start, policy, peak, est.peak_bytes / GIB)

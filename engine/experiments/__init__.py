@@ -13,7 +13,8 @@ and may provide
 
 The CLI (`loopscope run`), the job runner, both fan-outs, the bench and the dashboard list experiments from
 REGISTRY alone: adding an experiment is one module and one line here. E1 (released weights) is a probe of
-someone else's checkpoint, not a training experiment: it lives in engine.ouro.
+someone else's checkpoint, not a training experiment: it is not in REGISTRY (engine.experiments.e1,
+`loopscope ouro`; the model itself is the HF-style package engine.ouro).
 """
 
 from __future__ import annotations

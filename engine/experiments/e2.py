@@ -51,7 +51,7 @@ def summarize(rows: pd.DataFrame, preset_name: str) -> pd.DataFrame:
 
 
 def claims(rows: pd.DataFrame, preset_name: str) -> list[Claim]:
-    """E2 (a)-(d) by the README's verdict rules (engine.experiments.verdicts), under both analyses, at the held-out
+    """E2 (a)-(d) by docs/design.md's verdict rules (engine.experiments.verdicts), under both analyses, at the held-out
     mean and the hardest held-out difficulty; a table without held-out items is judged on its in-range ones."""
     judged = verdicts.judged_items(rows, train_ranges(preset_name, rows["task"].unique()))
     return verdicts.e2_claims(verdicts.paired_modes(judged), verdicts.surgery_at_T(judged))

@@ -45,7 +45,7 @@ REFIT = {
     "cpu": rf.RefitConfig(targets=("head", "head+last", "head+first"), schedule=(0, 50, 100, 200, 400, 800)),
     "cpu-1layer": rf.RefitConfig(schedule=(0, 50, 100, 200, 400, 800, 1600)),
     "paper": rf.RefitConfig(schedule=(0, 100, 200, 400, 800, 1600, 3200, 6400), lr=5e-4),
-    # the GPU study: the second CPU study's refit, its head and head + last layer (README, "The GPU study")
+    # the GPU study: the second CPU study's refit, its head and head + last layer (docs/gpu-study.md)
     "gpu": rf.RefitConfig(targets=("head", "head+last"), schedule=(0, 50, 100, 200, 400, 800)),
     "gpu-smoke": rf.RefitConfig(targets=("head", "head+last"), schedule=(0, 5, 10, 20), lr=3e-3),
 }
@@ -259,7 +259,7 @@ def at(summary: pd.DataFrame, task: str, target: str, n: int) -> pd.Series | Non
 
 
 def claims(rows: pd.DataFrame, preset_name: str) -> list[Claim]:
-    """E3 by the README's verdict rules (engine.experiments.verdicts.e3_claims) at n = T after the last refit step,
+    """E3 by docs/design.md's verdict rules (engine.experiments.verdicts.e3_claims) at n = T after the last refit step,
     at the held-out mean and the hardest held-out difficulty; a table without held-out items is judged on its
     in-range ones."""
     return verdicts.e3_claims(verdicts.judged_items(rows, train_ranges(preset_name, rows["task"].unique())))

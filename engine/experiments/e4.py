@@ -91,7 +91,7 @@ def summarize(rows: pd.DataFrame, preset_name: str | None = None) -> pd.DataFram
 
 
 def claims(rows: pd.DataFrame, preset_name: str) -> list[Claim]:
-    """E4 by the README's verdict rules (engine.experiments.verdicts.e4_table, e4_claims): looping's advantage at
+    """E4 by docs/design.md's verdict rules (engine.experiments.verdicts.e4_table, e4_claims): looping's advantage at
     equal n and what is left of it at matched overshoot, under both analyses, at the held-out mean and the hardest
     held-out difficulty; a table without held-out items is judged on its in-range ones."""
     judged = verdicts.judged_items(rows, train_ranges(preset_name, rows["task"].unique()))

@@ -1,4 +1,4 @@
-"""E5, beyond the paper: agreement itself put to the test (docs/design.md §8; README, "E5 predictions").
+"""E5, beyond the paper: agreement itself put to the test (docs/design.md, "E5 predictions", in §8).
 
 Four parts on the preset's models, one table `e5-<preset>` (the GPU study runs parts 3 and 4 only: PARTS):
   1. train mode x run mode  every E2 model (fixed T) run in both modes at n = 1..3T: `norm`, `none`, `norm->none`
@@ -29,8 +29,8 @@ summarize() is one long table, a row per estimate (`part`, `quantity`), levels (
   rescale  recovery: (A(norm->rescale) − A(norm->none)) / (A(norm) − A(norm->none)) per seed, NaN where the
            surgery cost < paper.MIN_REFIT_GAP (as E3); mean over the other seeds with its CI
   accuracy each boundary label's mean accuracy with its CI (the figures' curves)
-claims() applies the README's E5 rules (judge); each claim says its `outcome` (agreement, normalisation, mixed,
-undecided, reported).
+claims() applies E5's rules (docs/design.md, "E5 predictions"); each claim says its `outcome` (agreement,
+normalisation, mixed, undecided, reported).
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ CELLS = {label: (label.split("->")[0], label.split("->")[-1]) for label in ("nor
 EFFECTS = ("run", "train", "agreement")
 LEVELS = (MEAN, HARDEST)
 LADDER_SEEDS = 4
-RUNG_MIN_DAMAGED = 3  # the GPU study's rescale rule per rung: undecided unless 3 of its 4 seeds were damaged (README)
+# the GPU study's rescale rule per rung: undecided unless 3 of its 4 seeds were damaged (docs/gpu-study.md)
+RUNG_MIN_DAMAGED = 3
 IN_RANGE_SHARE = 0.01  # a loop count is inside a distribution's trained range if drawn at >= 1% of the steps
 SMALL_GAP = 0.02  # part 2: |mean d| below this counts as closed
 SCALES = "scales.safetensors"  # a run's rescale scalars, beside its weights
@@ -71,7 +72,7 @@ LADDER = {
             (64, 4, 176, 2, 2)),
     "paper": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (256, 8, 704, 6, 1), (384, 8, 1024, 6, 1),
               (512, 8, 1376, 6, 1), (512, 8, 1376, 6, 2)),
-    # the GPU study (README): 412,288 (the bridge: E5's largest `cpu` rung under the R1 recipe), 1,627,392,
+    # the GPU study (docs/gpu-study.md): 412,288 (the bridge: E5's largest `cpu` rung under the R1 recipe), 1,627,392,
     # 5,342,592 parameters, and the preset's own 19,024,384 (E2's runs, seeds 0-3)
     "gpu": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (384, 8, 1024, 3, 1), (512, 8, 1376, 6, 1)),
     "gpu-smoke": ((16, 2, 48, 1, 1), (16, 2, 48, 2, 1), (24, 2, 64, 2, 1), (32, 2, 96, 2, 1)),
@@ -349,7 +350,7 @@ def summarize(rows: pd.DataFrame, preset_name: str | None = None) -> pd.DataFram
     return table.reindex(columns=cols)
 
 
-# ---------------------------------------------------------------- the README's rules
+# ---------------------------------------------------------------- E5's rules (docs/design.md)
 
 
 def part1_outcome(t: pd.DataFrame) -> tuple[str, str]:
@@ -395,7 +396,7 @@ def part2_outcome(ranged: pd.DataFrame, fixed: pd.DataFrame, inside: set[int]) -
 def part4_outcome(r: pd.Series | None, least: int = MIN_DAMAGED) -> tuple[str, str]:
     """Part 4 at n = T for one task and level: *agreement (scale)* if the mean recovery >= 0.5 with its CI above
     0.25; *normalisation* if the CI lies below 0.25; otherwise *mixed*; undecided with < `least` damaged seeds
-    (MIN_DAMAGED of E5's 16; a rung of the GPU study's ladder: RUNG_MIN_DAMAGED of its 4, the README's rule)."""
+    (MIN_DAMAGED of E5's 16; a rung of the GPU study's ladder: RUNG_MIN_DAMAGED of its 4, docs/gpu-study.md's rule)."""
     if r is None or r["n"] < least or not np.isfinite(r["mean"]):
         n = 0 if r is None else int(r["n"])
         return "undecided", f"undecided: only {n} seeds lost >= {paper.MIN_REFIT_GAP} to the surgery"
@@ -418,7 +419,7 @@ def claims(rows: pd.DataFrame, preset_name: str) -> list[Claim]:
 
 
 def judge(summary: pd.DataFrame) -> list[Claim]:
-    """The README's E5 rules per task at levels (i) and (iii), on the preset's own scale (the models parts 1-2
+    """E5's rules (docs/design.md) per task at levels (i) and (iii), on the preset's own scale (the models parts 1-2
     train); the ladder is reported, not judged. A table of the ladder alone (the GPU study: parts 3 and 4) has no
     part 1-2 claims and part 4's rule per rung. Each claim's outcome names the reading its rule supports
     (agreement, normalisation, mixed, undecided, reported); its criterion is the prediction written before E5."""

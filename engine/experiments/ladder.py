@@ -131,7 +131,7 @@ def bridge(acc: pd.DataFrame) -> pd.DataFrame:
 
 
 def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Claim]:
-    """The README's cross-device rules as claims (E5's, paired, at the held-out mean): the trend at T and 3T,
+    """The cross-device rules (docs/gpu-study.md) as claims (E5's, paired, at the held-out mean): the trend at T and 3T,
     collapse per rung, the bridge (reported). Either table may be missing: what it needs is then "not run"."""
     frames = [ladder_rows(t, d) for t, d in ((cpu_e5, "cpu"), (gpu_e5, "gpu")) if t is not None and len(t)]
     ladder = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -172,7 +172,8 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Clai
 
 # ---------------------------------------------------------------- the recipe probe's rule, seed by seed
 
-RECIPE_RULE = 0.95  # the README's bar: mean held-out accuracy at n = T over seeds 0-3, norm-trained, run as trained
+# docs/gpu-study.md's bar: mean held-out accuracy at n = T over seeds 0-3, norm-trained, run as trained
+RECIPE_RULE = 0.95
 
 
 def recipe_score(rows: pd.DataFrame) -> float:

@@ -139,7 +139,7 @@ def refit(
     generators = [tasks.train_generator(tasks.derive_seed("refit", s)) for s in seeds]
     difficulty = tasks.difficulty_schedule(run.task, steps)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
-    losses, grids = torch.empty(steps, len(seeds)), {}
+    losses, grids = torch.empty(steps, len(seeds), device=device), {}  # on the device until the end: no host wait
     for step in tqdm(range(1, steps + 1), desc=f"refit {run.task.name} {target}", disable=not progress):
         batches = [tasks.train_batch(run.task, difficulty[step - 1], batch, g) for g in generators]
         tokens = torch.stack([b.tokens for b in batches]).to(device)
@@ -148,11 +148,11 @@ def refit(
             out = model(tokens, run.model.trained_loops, "none", all_positions=True, readout_steps="last")
         loss = member_losses(out.logits, targets)
         optimizer_step(loss.sum(), opt, sched, params, cfg.grad_clip)
-        losses[step - 1] = loss.detach().float().cpu()
+        losses[step - 1] = loss.detach().float()
         if step in cfg.schedule:
             grids[step] = accuracy_grid(model, run, n_max, "none")
     state = {n: p.detach().cpu() for n, p in model.state_dict().items()}
-    return RefitResult(state, names, grids, losses, time.perf_counter() - t0)
+    return RefitResult(state, names, grids, losses.cpu(), time.perf_counter() - t0)
 
 
 def recovery(acc_refit, acc_removed, acc_original, min_gap: float = MIN_GAP) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The verdict rules (README, "Verdict rules"), each claim under two analyses and three levels, for every study;
+"""The verdict rules (docs/design.md, "Verdict rules"), each claim under two analyses and three levels, for every study;
 Claim, the one shape of a verdict; and the one definition of claim (d)'s norm ratio (norm_ratios).
 
 E2, E3 and E4 each judge their table here through their own `claims(rows, preset)`; a table without held-out items
@@ -56,7 +56,7 @@ class Claim:
         return asdict(self)
 
 
-# (experiment, claim) -> (what is claimed, the paper's value, the criterion: README, "Verdict rules")
+# (experiment, claim) -> (what is claimed, the paper's value, the criterion: docs/design.md, "Verdict rules")
 WORDS = {
     ("e2", "a"): ("`none` is never worse than `norm` at any n", "never worse at any n",
                   f"paper: no n with Cliff's δ < -{paper.DELTA_MAGNITUDES[0][0]} and Mann-Whitney p < {paper.ALPHA}; "
@@ -92,7 +92,7 @@ WORDS = {
 
 def _claim(experiment: str, name: str, task: str, analysis: str, level: str, holds, measured: str,
           difficulties: str = "") -> Claim:  # fmt: skip
-    """A Claim of the README's rules, its words from WORDS."""
+    """A Claim of the verdict rules (docs/design.md), its words from WORDS."""
     text, figure, criterion = WORDS[(experiment, name)]
     return Claim(experiment=experiment, task=task, claim=name, text=text, paper=figure, measured=measured,
                  criterion=criterion, analysis=analysis, level=level, outcome=outcome(holds),
@@ -258,7 +258,7 @@ def surgery_at_T(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def norm_ratios(rows: pd.DataFrame, upto: int) -> pd.Series:
-    """Claim (d)'s state-norm growth, one definition for the card, the norms page, the report and the README: per
+    """Claim (d)'s state-norm growth, one definition for the card, the norms page, the report and docs/results.md: per
     seed, the state norm `norm_post` at each step averaged over the level's difficulties, then max/min over steps
     1..upto. rows: one task and one boundary mode at one level (verdicts.levels' rows, or the raw rows of the
     chosen difficulties: the mean over difficulties is the same). Returns the ratio per seed."""
@@ -299,7 +299,7 @@ def outcome(holds) -> str:
 
 def lines(found: list[Claim]) -> list[str]:
     """The claims for the terminal, one line each, after a heading; none without claims."""
-    return ["", 'Verdicts (README, "Verdict rules"):', *(c.line() for c in found)] if found else []
+    return ["", 'Verdicts (docs/design.md, "Verdict rules"):', *(c.line() for c in found)] if found else []
 
 
 # ---------------------------------------------------------------- E3 and E4
@@ -359,7 +359,7 @@ def _plateau_note(part: pd.DataFrame, target: str) -> str:
     return f"{target} {state} ({moved:+.3f} over the last doubling of steps)"
 
 
-MIN_DAMAGED = 8  # E3: fewer damaged seeds than this and a recovery verdict is undecided (README)
+MIN_DAMAGED = 8  # E3: fewer damaged seeds than this and a recovery verdict is undecided (docs/design.md)
 MATCHED = (1, 2, 3)  # E4: overshoot ratios n / T compared
 SMALL_GAP = 0.02  # E4 paired "vanishes": |mean gap| below this counts as gone
 TOST_MARGIN = SMALL_GAP  # post hoc, not a rule: the equivalence test beside "vanishes", at the rule's own margin
@@ -370,7 +370,8 @@ def _compare(looped: pd.Series, stacked: pd.Series) -> dict:
     both = pd.concat([looped.rename("a"), stacked.rename("b")], axis=1).dropna()
     a, b = both["a"].to_numpy(), both["b"].to_numpy()
     return dict(gap=float((a - b).mean()), delta=stats.cliffs_delta(a, b), p=stats.mann_whitney_p(a, b),
-                wilcoxon_p=stats.wilcoxon_p(a, b), n=len(both), tost_p=stats.tost_p(a - b, TOST_MARGIN))  # fmt: skip
+                wilcoxon_p=stats.wilcoxon_p(a, b), n=len(both), tost_p=stats.tost_p(a - b, TOST_MARGIN),
+                all_zero=bool(len(both)) and bool(np.all(a == b)))  # fmt: skip
 
 
 def e4_table(rows: pd.DataFrame, mode: str = "norm") -> pd.DataFrame:
@@ -409,7 +410,7 @@ def _equivalent(p: pd.Series) -> str:
 
 def e4_claims(table: pd.DataFrame) -> list[Claim]:
     """Per task and level: looping helps at equal n (most n), and at matched overshoot the advantage
-    vanishes or shrinks, under both analyses (README)."""
+    vanishes or shrinks, under both analyses (docs/design.md)."""
     out = []
     for (task, level), t in table[table["level"].isin([MEAN, HARDEST])].groupby(["task", "level"]):
         eq, m = t[t["family"] == "equal"], t[t["family"] == "matched"]
@@ -432,7 +433,9 @@ def e4_claims(table: pd.DataFrame) -> list[Claim]:
             out.append(_claim("e4", "equal n", task, analysis, level, helps[analysis], equal))
             if analysis == "paired":  # post hoc: does the per-seed gap sit inside the rule's own margin?
                 matched += (f". Post hoc, not the rule: TOST equivalence within ±{TOST_MARGIN} (paired t) p "
-                            f"{', '.join(f'{p:.3g}' for p in m['tost_p'])} at o = 1, 2, 3 "
+                            + ", ".join("— (every seed's gap exactly 0)" if zero else f"{p:.3g}"
+                                        for p, zero in zip(m["tost_p"], m["all_zero"], strict=True))
+                            + " at o = 1, 2, 3 "
                             f"({_equivalent(m['tost_p'])})")  # fmt: skip
             out.append(_claim("e4", "matched", task, analysis, level, outcome, matched))
     return out

@@ -207,7 +207,8 @@ def _first_line(e: Exception) -> str:
 
 RELEASED_PARAMS = {"ByteDance/Ouro-1.4B": 1_434_652_673, "ByteDance/Ouro-2.6B": 2_667_974_657}  # docs/design.md §1
 # seconds per prompt for one n = 8 forward of a 1.4B model on this project's 2-core CPU, batch 16
-# (README, "E1 on this CPU": fp32 4.10 s at batch 4, bf16 0.95 s); other sizes and n scale linearly
+# (docs/performance.md, "Performance (2 CPU cores)": fp32 4.10 s at batch 4, bf16 0.95 s); other sizes and n scale
+# linearly
 SECONDS_PER_PROMPT_1B4_N8 = {"float32": 4.10, "bfloat16": 0.95}
 
 

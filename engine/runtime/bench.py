@@ -523,22 +523,30 @@ def format_report(result: dict) -> str:
 # ---------------------------------------------------------------- `--only precision`: the CPU's fp32 against its bf16
 
 # (name, d_model, n_heads, d_ff, layers_per_block, seeds, quick seeds): the `cpu` preset's model and group, E5's
-# 1.6M rung (d 256, L 2; 1,627,392 parameters), the paper's 19M model; each at its hardest training batch of 64
+# 1.6M rung (d 256, L 2; 1,627,392 parameters), the paper's 19M model; each at its hardest training batch of 64. The
+# paper size runs 2 seeds (the same matmul shapes per member as 4, half the time) so that the whole section stays
+# within about 2-3 minutes on 2 idle cores: 5 step variants x 3 calls each per size.
 PRECISION_SIZES = (
     ("cpu", 64, 4, 176, 2, 16, 4),
     ("1.6M", 256, 8, 704, 2, 4, 2),
-    ("paper", 512, 8, 1376, 6, 4, 1),
+    ("paper", 512, 8, 1376, 6, 2, 1),
 )
 
 
-def precision_step(run: RunConfig, seeds: int, precision: str, math_attention=True, fused_adamw=None):
+def precision_step(
+    run: RunConfig, seeds: int, precision: str, math_attention=True, fused_adamw=None, cast_cache=True, inductor=False
+):
     """One whole training step as train_group takes it at the hardest training batch (autocast in bf16, the loss,
     backward, per-member clipping, AdamW) and its FLOPs. math_attention, fused_adamw: the bf16 levers (default: as
-    training has them, engine.core.model.CPU_BF16_MATH_ATTENTION and engine.core.train.CPU_BF16_FUSED_ADAMW)."""
+    training has them, engine.core.model.CPU_BF16_MATH_ATTENTION and engine.core.train.CPU_BF16_FUSED_ADAMW);
+    cast_cache: autocast's cache of the weights' bf16 copies (True, as training runs: each weight is cast once per
+    step, not once per loop step); inductor: the decoder layers through torch.compile (engine.core.train.compiled,
+    Inductor's C++ backend on the CPU; as `LOOPSCOPE_COMPILE=1` trains)."""
     from engine.core import model as model_module
     from engine.core import train as tr
 
     model = build(run.model, list(range(seeds)))
+    forward = tr.compiled(model) if inductor else model
     params = list(model.parameters())
     bf16 = precision == "bf16"
     fused = (tr.CPU_BF16_FUSED_ADAMW if fused_adamw is None else fused_adamw) if bf16 else None
@@ -548,8 +556,8 @@ def precision_step(run: RunConfig, seeds: int, precision: str, math_attention=Tr
     def step():
         before, model_module.CPU_BF16_MATH_ATTENTION = model_module.CPU_BF16_MATH_ATTENTION, math_attention
         try:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                out = model(x, all_positions=True, readout_steps="last")
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16, cache_enabled=cast_cache):
+                out = forward(x, all_positions=True, readout_steps="last")
         finally:
             model_module.CPU_BF16_MATH_ATTENTION = before
         opt.zero_grad(set_to_none=True)
@@ -597,11 +605,17 @@ def cpu_description() -> dict:
     }
 
 
-def run_precision(quick: bool = False, sizes=PRECISION_SIZES, steps: int | None = None, trials: int = 2) -> dict:
+def run_precision(
+    quick: bool = False, sizes=PRECISION_SIZES, steps: int | None = None, trials: int = 2, inductor: bool = False
+) -> dict:
     """fp32 against bf16 training steps in one process, at each size of `sizes` (PRECISION_SIZES): the time of a
     whole step, `ratio` = fp32 time / bf16 time, each step's FLOP/s as a share of the fp32 and bf16 matmul peaks
-    measured in the same run, and the bf16 levers each as a ratio (attn_math_ratio: SDPA's flash kernel time / its
-    math backend time; fused_adamw_ratio: foreach AdamW time / fused), with the CPU's flags and load."""
+    measured in the same run, and the bf16 levers each as a ratio of the step without the lever to the step as
+    training takes it (attn_math_ratio: SDPA's flash kernel / its math backend; fused_adamw_ratio: foreach AdamW /
+    fused; cast_cache_ratio: every weight cast at each use / once per step), with the CPU's flags and load. inductor
+    (off by default: its compilations take minutes on 2 loaded cores): also the bf16 step with the decoder layers
+    through torch.compile, inductor_ratio = eager time / compiled time, and each compilation's seconds."""
+    started = time.perf_counter()
     out: dict = cpu_description()
     n = 1024 if quick else 2048
     out["fp32_peak_gflops"] = matmul_peak(n, 3, trials=2) / 1e9
@@ -616,9 +630,18 @@ def run_precision(quick: bool = False, sizes=PRECISION_SIZES, steps: int | None 
             "bf16": precision_step(run, seeds, "bf16"),
             "bf16_flash_attention": precision_step(run, seeds, "bf16", math_attention=False),
             "bf16_foreach_adamw": precision_step(run, seeds, "bf16", fused_adamw=False),
+            "bf16_uncached_casts": precision_step(run, seeds, "bf16", cast_cache=False),
         }
+        if inductor:
+            sides["bf16_inductor"] = precision_step(run, seeds, "bf16", inductor=True)
         flops = sides["fp32"][1]
-        t = interleaved({k: fn for k, (fn, _) in sides.items()}, steps or (1 if quick or d >= 512 else 2), trials)
+        fns = {k: fn for k, (fn, _) in sides.items()}
+        compile_s = None
+        if inductor:  # the first call compiles (forward and backward); timed apart, then the step as the others
+            start = time.perf_counter()
+            fns["bf16_inductor"]()
+            compile_s = time.perf_counter() - start
+        t = interleaved(fns, steps or (1 if quick or d >= 512 else 2), trials)
         out["sizes"][name] = {
             "params": model.n_params,
             "seeds": seeds,
@@ -631,9 +654,40 @@ def run_precision(quick: bool = False, sizes=PRECISION_SIZES, steps: int | None 
             "bf16_share_of_bf16_peak": flops / t["bf16"] / 1e9 / out["bf16_peak_gflops"],
             "attn_math_ratio": t["bf16_flash_attention"] / t["bf16"],
             "fused_adamw_ratio": t["bf16_foreach_adamw"] / t["bf16"],
+            "cast_cache_ratio": t["bf16_uncached_casts"] / t["bf16"],
             "loadavg": cpu_description()["loadavg"],
         }
+        if inductor:
+            out["sizes"][name] |= {"inductor_ratio": t["bf16"] / t["bf16_inductor"], "inductor_first_call_s": compile_s}
+    out["wall_s"] = time.perf_counter() - started
     return out
+
+
+def precision_agreement(reference_rows, rows, cfg: RunConfig):
+    """Issue 44 item 4, `verify`'s test per n: the seeds of `rows` (trained in another precision) against the seeds
+    of `reference_rows` (the shipped fp32 study), on held-out accuracy averaged over the judged difficulties
+    (engine.runtime.verify.judged_accuracy) in cfg's trained mode. Per n: both means, the reference's min and max,
+    whether every seed of `rows` lies inside them, Mann-Whitney's two-sided p, and within = p >= paper.ALPHA."""
+    import pandas as pd
+
+    from engine import paper
+    from engine.core import stats
+    from engine.runtime.verify import judged_accuracy
+
+    ref, new = judged_accuracy(reference_rows, cfg), judged_accuracy(rows, cfg)
+    per_n = []
+    for n, here in new.groupby("eval_loops"):
+        there = ref[ref["eval_loops"] == n]["value"].to_numpy()
+        if not len(there):
+            continue
+        p = stats.mann_whitney_p(here["value"].to_numpy(), there)
+        per_n.append({
+            "n": int(n), "seeds": len(here), "reference_seeds": len(there), "mean": here["value"].mean(),
+            "reference_mean": there.mean(), "reference_min": there.min(), "reference_max": there.max(),
+            "inside": bool(((here["value"] >= there.min()) & (here["value"] <= there.max())).all()),
+            "mann_whitney_p": p, "within": bool(p >= paper.ALPHA),
+        })  # fmt: skip
+    return pd.DataFrame(per_n)
 
 
 def format_precision_report(result: dict) -> str:
@@ -643,13 +697,22 @@ def format_precision_report(result: dict) -> str:
         f"load {result['loadavg']}",
         f"matmul peaks: fp32 {result['fp32_peak_gflops']:.0f} GFLOP/s, bf16 {result['bf16_peak_gflops']:.0f} GFLOP/s",
     ]
+    if "wall_s" in result:
+        lines[0] += f"; the section took {result['wall_s']:.0f} s"
     for name, r in result["sizes"].items():
         lines.append(
             f"{name} ({r['params']:,} parameters, {r['seeds']} seeds): fp32 {r['fp32_step_s'] * 1e3:.0f} ms/step "
             f"({r['fp32_gflops']:.1f} GFLOP/s, {r['fp32_share_of_fp32_peak']:.0%} of fp32 peak), bf16 "
             f"{r['bf16_step_s'] * 1e3:.0f} ms/step ({r['bf16_gflops']:.1f} GFLOP/s, "
             f"{r['bf16_share_of_bf16_peak']:.0%} of bf16 peak): ratio {r['ratio']:.2f}x; levers: math attention "
-            f"{r['attn_math_ratio']:.2f}x, fused AdamW {r['fused_adamw_ratio']:.2f}x; load {r['loadavg']}"
+            f"{r['attn_math_ratio']:.2f}x, fused AdamW {r['fused_adamw_ratio']:.2f}x, weights cast once per step "
+            f"{r['cast_cache_ratio']:.2f}x"
+            + (
+                f", Inductor {r['inductor_ratio']:.2f}x (first call {r['inductor_first_call_s']:.0f} s)"
+                if "inductor_ratio" in r
+                else ""
+            )  # fmt: skip
+            + f"; load {r['loadavg']}"
         )
     return "\n".join(lines)
 

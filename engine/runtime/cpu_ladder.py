@@ -27,7 +27,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 
 from engine.core.presets import CPU_LADDER_RECIPE, GPU_RECIPES, RunConfig, cpu_ladder, study_root
 from engine.core.store import Store, atomic_write, git_state, utc_now
@@ -46,9 +45,8 @@ def say(text: str) -> None:
 
 
 def candidate(name: str) -> RunConfig:
-    """The 19M rung trained with recipe `name`, one seed a group: R{CPU_LADDER_RECIPE} is the preset's own config."""
-    base = cpu_ladder()
-    return replace(base, train=replace(GPU_RECIPES[name], group_size=base.train.group_size))
+    """The 19M rung trained with recipe `name`, one seed a group (the preset's own config is CPU_LADDER_RECIPE's)."""
+    return cpu_ladder(recipe=name)
 
 
 def piece(cfg: RunConfig, seed: int, store: Store) -> None:
@@ -117,15 +115,25 @@ def ship(source: Store, store: Store) -> list[str]:
     stored runs without computing anything. Returns the run keys copied."""
     import shutil
 
+    from engine.runtime.gpu_pack import exchange
+
     copied = []
     for key in source.run_keys():
         if source.status(key) != "ok" or store.status(key) == "ok":
             continue
-        staged = store.root / "runs" / f".{key}.ship"
-        shutil.rmtree(staged, ignore_errors=True)
-        shutil.copytree(source.root / "runs" / key, staged)
-        staged.replace(store.root / "runs" / key)  # one rename: the run appears whole or not at all
-        store.drop_weights(key, "76 MB a seed at 19M: not kept in the repository")
+        staged = Store(store.root / f".ship-{key}")  # weightless before it enters the results folder
+        shutil.rmtree(staged.root, ignore_errors=True)
+        try:
+            shutil.copytree(source.run_dir(key), staged.run_dir(key))
+            staged.drop_weights(key, "76 MB a seed at 19M: not kept in the repository")
+            target = store.run_dir(key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():  # a damaged or part-copied folder of the same run: swapped out in one step
+                exchange(staged.run_dir(key), target)
+            else:  # one rename: the run appears whole or not at all
+                staged.run_dir(key).rename(target)
+        finally:
+            shutil.rmtree(staged.root, ignore_errors=True)
         copied.append(key)
     if (source.root / PROBE_FILE).is_file():
         atomic_write(store.root / PROBE_FILE, (source.root / PROBE_FILE).read_bytes())

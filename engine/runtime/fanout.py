@@ -9,7 +9,7 @@ peak memory (engine.core.memory) as Ray's `memory` resource, so a node runs only
 holds; a group larger than every node's memory is refused before anything is dispatched.
 
 `--workers N` (the local backend) runs N processes on this machine, each with cores/N threads: on 2 cores,
-two single-thread processes get more done than one process with two threads (README, performance). The
+two single-thread processes get more done than one process with two threads (docs/performance.md). The
 workers write into the results folder themselves (atomic writes, one folder per run). E3's refits go
 out one job per (seed group, target): a refit depends only on its group, target and config, so a worker
 sends its arrays back and the driver stores the group (engine.experiments.e3) once all its targets are in. The seed

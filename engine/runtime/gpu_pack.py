@@ -2,10 +2,11 @@
 
 pack() writes OUT/gpu-study-PIECE.tar.gz on the GPU machine: gpu-study.json (the study, its preset, the piece, the
 commit) and the study's folder (runs, refits, tables, the chain search), with the weights that stay on the GPU
-machine dropped (weights_policy: the light repository's one seed per training group, and at most KEEP_MIB a run)
-and the runs that still need them left out (gpu_study.unfinished). merge() (`loopscope merge PACK`) checks every
-member, adds what is new, replaces a run the pack extends, refuses in one sentence a pack that is not of the study
-or that differs from what is here, and rebuilds the tables from the merged store.
+machine dropped (weights_policy: the light repository's one seed per training group, and at most KEEP_MIB a
+run); a run that still needs them (gpu_study.unfinished) comes back with its rows, named in `still_needs`.
+merge() (`loopscope merge PACK`) checks every member, adds what is new, replaces a run the pack extends, refuses in
+one sentence a pack that is not of the study or that differs from what is here, and rebuilds the tables from the
+merged store.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def weights_policy(store: Store, key: str) -> str | None:
 
 def pack(name: str, preset_name: str, results: Path, out: Path) -> dict:
     """OUT/gpu-study-NAME.tar.gz: gpu-study.json and the study's folder (runs, refits, tables, chain search) with the
-    weights that stay on the GPU machine dropped (weights_policy) and the runs that still need them left out
+    weights that stay on the GPU machine dropped (weights_policy), the runs that still need them named (`still_needs`)
     (unfinished); added to the piece's summary. Over PACK_MIB, it is packed again without any weights."""
     root = study_root(results, preset_name)
     summary_path = out / f"{STUDY}-{name}.json"
@@ -66,7 +67,8 @@ def pack(name: str, preset_name: str, results: Path, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     summary_path.write_text(json.dumps(summary, indent=1, default=str))
     say(f"packed {made['file']}: {made['bytes'] / 2**20:.1f} MiB, {len(made['runs'])} runs ({made['weightless']} "
-        f"without weights), {len(made['refits'])} refits, left out {made['left_out'] or 'nothing'}")  # fmt: skip
+        f"without weights), {len(made['refits'])} refits, left out {made['left_out'] or 'nothing'}; still needing "
+        f"their weights {len(made.get('still_needs', {}))}")  # fmt: skip
     return made
 
 
@@ -86,10 +88,12 @@ def _pack(name: str, preset_name: str, root: Path, out: Path, keep_weights: bool
                 )
                 gone = drop or weights_not_kept(source.manifest(key))
                 todo = unfinished(source, key, preset_name) if folder == "runs" and gone else []
-                if todo:
+                if todo:  # its rows come back all the same; the piece that needs its weights retrains its group first
                     needed = ", ".join(STEPS[t] for t in todo)
-                    made["left_out"][key] = f"its weights stay on the GPU machine and it still needs {needed}"
-                    continue
+                    made.setdefault("still_needs", {})[key] = (
+                        f"its weights stay on the GPU machine and it still needs {needed}: the next piece that needs "
+                        "them retrains its group (kept only if every retrained row equals these bit for bit)"
+                    )
                 shutil.copytree(source.run_dir(key), stage / folder / key, ignore=shutil.ignore_patterns(".*"))
                 if drop:
                     Store(stage, folder=folder).drop_weights(key, drop)

@@ -13,14 +13,16 @@ Pieces, at the `gpu` preset (`gpu-smoke` runs the same on the CPU in seconds):
   norm      E2's 19M model norm-trained, 16 seeds as one group, and everything that needs its weights, in the same
             command: the surgery, the rescale surgery on seeds 0-3 (the ladder's 19M rung), E3's refits
   none      E2's 19M model trained without the norm, 16 seeds, and its evaluation
+  e3        E3's refits of the norm-trained group when the `norm` piece could not fit them: the group retrained
+            (runs.restore: bit-identical on the same GPU type, checked against the stored rows), then refit
   chain-c1, chain-c2
             the retrieval-chain search, one candidate a command, as the README fixed them
 
 No new group (a training group, a refit group, a chain candidate) starts once `--budget` seconds have passed, nor
-one that the FLOP rate measured so far in the command says would end after `--limit`. What finished is stored
-(every write is atomic: a group killed midway leaves nothing). A run whose weights stay on the GPU machine is
-packed only when nothing the study needs its weights for is missing (unfinished()); otherwise it is left out and
-the next call trains it again.
+one that the device's measured seconds per step (Rates: the session's calibration, or the last measured ones) say
+would end after `--limit`. What finished is stored (every write is atomic: a group killed midway leaves nothing).
+A run whose weights stay on the GPU machine comes back with its rows even when the study still needs its weights
+(unfinished(): the pack names what; the next piece that needs them retrains its group bit for bit first).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from engine.core.presets import OWN_FOLDER, RunConfig, TrainConfig, paper, prese
 from engine.core.store import Store, git_state, utc_now
 
 STUDY = "gpu-study"  # what a pack's gpu-study.json says it is
-PIECES = ("ladder", "norm", "none", "chain-c1", "chain-c2")
+PIECES = ("ladder", "norm", "none", "e3", "chain-c1", "chain-c2")
 LIMIT_S = 450  # the hard limit (dev/studies/gpu-study/gpu-study.sh's timeout): 7.5 of the GPU machine's 8 minutes
 BUDGET_S = 300  # no group starts after this
 CHAIN_RULE, CHAIN_SCORED, CHAIN_SEEDS = 0.90, (1, 2, 3, 4), (0, 1, 2, 3)
@@ -49,10 +51,98 @@ CHAIN_RULE, CHAIN_SCORED, CHAIN_SEEDS = 0.90, (1, 2, 3, 4), (0, 1, 2, 3)
 # ---------------------------------------------------------------- the budget of one command
 
 
+# The H200's rates of 2026-12-04 (issue 29, dev/LOG.md; eager, bf16 autocast): 2.5% of its 783 TFLOP/s bf16 peak for
+# one `paper` seed at batch 256 and 11.5% for 16 at batch 256. The plan's default until a session measures its own:
+# a training step's rate interpolated between them in log(items a step) (the `gpu` preset's 16 seeds at batch 64 are
+# 1,024 items: 5.4%), a floor of seconds a step whatever the size (kernel launches: ~70 a layer and loop step, ~10 us
+# each), evaluation and refits at the rate of their items. Rates.measured replaces every figure by the device's own.
+H200_PEAK, H200_POINTS = 783e12, ((256, 0.025), (4096, 0.115))
+H200_LAUNCH_S = 10e-6
+
+
+def h200_rate(items: float) -> float:
+    """FLOP/s of the H200 of 2026-12-04 at `items` sequences a step (log-linear between its two measurements)."""
+    import math
+
+    (a, fa), (b, fb) = H200_POINTS
+    x = min(1.0, max(0.0, math.log(max(items, 1) / a) / math.log(b / a)))
+    return H200_PEAK * fa * (fb / fa) ** x
+
+
+@dataclass
+class Rates:
+    """Seconds a device takes: what every prediction of a piece reads (no FLOP rate carried from one size to another).
+    step_s: {members: seconds of one training step of the `gpu` preset's model at its batch}, measured at 4 and 16
+    members (a line in members between them); floor_s: the seconds of a step of a model too small to matter (the
+    launch-bound floor, per layer and loop step: a model of L layers at T loops costs at least L x T times this a
+    step); eval_s: one evaluation pass of one member (every
+    difficulty, n = 1..3T), batched members in proportion; refit_s: one refit step of head + last for the group of
+    16; compile_s: the compilation's one-off seconds (0 when eager). Other sizes scale by their FLOPs a step."""
+
+    source: str
+    step_s: dict
+    floor_s: float
+    eval_s: float
+    refit_s: float
+    compile_s: float = 0.0
+
+    @staticmethod
+    def h200(preset_name: str = "gpu") -> Rates:
+        """The H200 of 2026-12-04's, for `preset_name`'s model (module comment above)."""
+        ref = preset(preset_name, "parity", "norm")
+        per = flops.training_flops(ref, 1) / ref.train.steps  # one member's step, averaged over the schedule
+        b = ref.train.batch_size
+        floor = H200_LAUNCH_S * 70 * 3  # a layer at a loop step, forward and backward
+        calls = ref.model.layers_per_block * ref.model.trained_loops
+        step = {m: max(floor * calls, m * per / h200_rate(m * b)) for m in (4, 16)}
+        ev = flops.eval_flops(ref, 1) / h200_rate(16 * ref.task.eval_examples)  # a member of a group of 16, batched
+        return Rates("the H200 of 2026-12-04 (issue 29: 2.5% and 11.5% of the bf16 peak), not yet measured at the "
+                     "gpu preset", step, floor, ev, max(floor * calls, 16 * per / h200_rate(16 * b)))  # fmt: skip
+
+    @staticmethod
+    def load(path: Path | None, preset_name: str = "gpu") -> Rates:
+        """The rates a file holds (a session's calibration), else the H200's of 2026-12-04."""
+        if path is not None and Path(path).is_file():
+            d = json.loads(Path(path).read_text())
+            return Rates(d["source"], {int(k): float(v) for k, v in d["step_s"].items()}, float(d["floor_s"]),
+                         float(d["eval_s"]), float(d["refit_s"]), float(d.get("compile_s", 0.0)))  # fmt: skip
+        return Rates.h200(preset_name)
+
+    def to_dict(self) -> dict:
+        return dict(source=self.source, step_s={str(k): v for k, v in self.step_s.items()}, floor_s=self.floor_s,
+                    eval_s=self.eval_s, refit_s=self.refit_s, compile_s=self.compile_s)  # fmt: skip
+
+    def step(self, members: int) -> float:
+        """Seconds of one step of the reference model for `members` members (linear through the measured points)."""
+        (m0, s0), (m1, s1) = sorted(self.step_s.items())[0], sorted(self.step_s.items())[-1]
+        slope = (s1 - s0) / (m1 - m0) if m1 != m0 else s1 / m1
+        return max(0.0, s0 + slope * (members - m0))
+
+    def floor(self, cfg: RunConfig) -> float:
+        return self.floor_s * cfg.model.layers_per_block * cfg.model.trained_loops
+
+    def train_s(self, cfg: RunConfig, members: int, ref: RunConfig, steps: int | None = None) -> float:
+        """Seconds of training `members` seeds of cfg: the reference's seconds a step scaled by FLOPs a step, never
+        under cfg's own floor a step."""
+        steps = steps or cfg.train.steps
+        scale = (flops.training_flops(cfg, 1, steps) / steps) / (flops.training_flops(ref, 1) / ref.train.steps)
+        return steps * max(self.floor(cfg), self.step(members) * scale)
+
+    def evals_s(self, cfg: RunConfig, members: int, passes: int, ref: RunConfig) -> float:
+        return passes * members * self.eval_s * flops.eval_flops(cfg, 1) / flops.eval_flops(ref, 1)
+
+    def refits_s(self, cfg: RunConfig, members: int, targets, schedule, ref: RunConfig) -> float:
+        """E3's refits: a head + last step at refit_s (16 members, scaled by members), the head alone a third of it,
+        and (2 + targets x checkpoints) evaluation passes of every member."""
+        steps = schedule[-1] * sum(1 / 3 if t == "head" else 1 for t in targets)
+        per = max(self.floor(cfg), self.refit_s * members / 16)
+        return steps * per + self.evals_s(cfg, members, 2 + len(targets) * (len(schedule) - 1), ref)
+
+
 @dataclass
 class Budget:
-    """How long a command may still start work: no group after `start_by` seconds, nor one that would end after
-    `limit` at the FLOP rate measured on this command's earlier groups."""
+    """How long a command may still start work: no group after `start_by` seconds, nor one that its prediction
+    (seconds from Rates) says would end after `limit`."""
 
     start_by: float
     limit: float
@@ -66,14 +156,14 @@ class Budget:
     def rate(self) -> float | None:
         return self.flops_done / self.busy_s if self.busy_s > 0 else None
 
-    def refusal(self, work_flops: float) -> str | None:
-        """None if a group of `work_flops` may start now, else why not (one sentence)."""
-        now, rate = self.elapsed(), self.rate()
+    def refusal(self, seconds: float) -> str | None:
+        """None if a group predicted to take `seconds` may start now, else why not (one sentence)."""
+        now = self.elapsed()
         if now > self.start_by:
             return f"not started: the budget of {self.start_by:.0f} s is spent ({now:.0f} s elapsed)"
-        if rate and now + work_flops / rate > self.limit:
-            return (f"not started: at the {rate / 1e12:.2f} TFLOP/s measured in this command it would end at about "
-                    f"{now + work_flops / rate:.0f} s, after the command's limit of {self.limit:.0f} s")  # fmt: skip
+        if now + seconds > self.limit:
+            return (f"not started: predicted {seconds:.0f} s from the seconds a step measured, it would end at about "
+                    f"{now + seconds:.0f} s, after the command's limit of {self.limit:.0f} s")  # fmt: skip
         return None
 
     def spent(self, work_flops: float, seconds: float) -> None:
@@ -96,15 +186,23 @@ class Piece:
     budget: Budget
     out: Path
     summary: dict = field(default_factory=dict)
+    rates: Rates | None = None
+
+    def __post_init__(self):
+        self.rates = self.rates or Rates.h200(self.preset)
+        self.ref = preset(self.preset, "parity", "norm")
 
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / f"{STUDY}-{self.name}.json").write_text(json.dumps(self.summary, indent=1, default=str))
 
-    def unit(self, what: str, cfg: RunConfig, members: int, work_flops: float, needed: bool, work: Callable) -> bool:
-        """Run one group of work unless it is cached (`needed` False) or the budget refuses it; print its memory
-        estimate and FLOPs first; record it in the summary. Returns whether it is done (now or before)."""
-        record = dict(what=what, params=cfg.model.n_params, members=members, pflop=round(work_flops / 1e15, 4))
+    def unit(self, what: str, cfg: RunConfig, members: int, work_flops: float, needed: bool, work: Callable,
+             seconds: float = 0.0) -> bool:  # fmt: skip
+        """Run one group of work unless it is cached (`needed` False) or the budget refuses it (`seconds`: its
+        prediction from Rates); print its memory estimate, FLOPs and prediction first; record it in the summary.
+        Returns whether it is done (now or before)."""
+        record = dict(what=what, params=cfg.model.n_params, members=members, pflop=round(work_flops / 1e15, 4),
+                      predicted_s=round(seconds, 1))  # fmt: skip
         self.summary.setdefault("units", []).append(record)
         if not needed:
             record["status"] = "cached"
@@ -113,10 +211,8 @@ class Piece:
             return True
         est = memory.estimate(cfg, members, self.device)
         record["memory_gib"] = round(est.peak_bytes / memory.GIB, 2)
-        rate = self.budget.rate()
-        when = f", about {work_flops / rate:.0f} s at the rate measured so far" if rate else ""
-        say(f"{what}: {est.sentence(self.device)}; {work_flops / 1e15:.3f} PFLOP{when}")
-        why = self.budget.refusal(work_flops)
+        say(f"{what}: {est.sentence(self.device)}; {work_flops / 1e15:.3f} PFLOP, predicted {seconds:.0f} s")
+        why = self.budget.refusal(seconds)
         if why:
             record["status"] = why
             say(f"{what}: {why}")
@@ -133,6 +229,8 @@ class Piece:
         wall = time.monotonic() - t0
         self.budget.spent(work_flops, wall)
         record |= dict(status="done", wall_s=round(wall, 1), tflops_per_s=round(work_flops / wall / 1e12, 3))
+        if seconds:
+            record["wall_over_predicted"] = round(wall / seconds, 2)
         say(f"{what}: done in {wall:.0f} s ({work_flops / wall / 1e12:.2f} TFLOP/s)")
         self.save()
         return True
@@ -203,20 +301,52 @@ def ladder_piece(piece: Piece) -> None:
     for cfg in e5.rungs(p):
         seeds = e5.seeds_for(p, cfg, range(e5.LADDER_SEEDS))
         work = flops.training_flops(cfg, len(seeds)) + eval_work(cfg, len(seeds), 3)
+        r, ref = piece.rates, piece.ref  # each rung from seconds a step (its FLOPs, never under the launch floor)
+        seconds = r.train_s(cfg, len(seeds), ref) + r.evals_s(cfg, len(seeds), 3, ref)
         what = f"ladder rung of {cfg.model.n_params:,} parameters, seeds {seeds[0]}-{seeds[-1]}"
         compute = lambda cfg=cfg, seeds=seeds: e5.ensure(p, cfg, "e5", seeds, piece.store, piece.device, False)  # noqa: E731
-        piece.unit(what, cfg, len(seeds), work, needs(piece.store, cfg, seeds, p), compute)
+        piece.unit(what, cfg, len(seeds), work, needs(piece.store, cfg, seeds, p), compute, seconds)
+
+
+def weightless(store: Store, keys: list[str]) -> list[str]:
+    """The stored runs among keys whose weights are not here (they stayed on an earlier GPU machine)."""
+    from engine.core.store import weights_not_kept
+
+    return [k for k in keys if store.status(k) == "ok" and weights_not_kept(store.manifest(k)) is not None]
+
+
+def regain_weights(piece: Piece, cfg: RunConfig, seeds: list[int], why: str) -> bool:
+    """Retrain a group whose weights stayed on an earlier GPU machine (runs.restore: kept only where every retrained
+    row equals the stored one bit for bit), as one unit; whether every seed has its weights now."""
+    from engine.experiments.runs import restore
+
+    keys = [cfg.run_key(s) for s in seeds]
+    if not weightless(piece.store, keys):
+        return True
+    r = piece.rates
+    outcome: dict = {}
+    done = piece.unit(f"E2 {cfg.model.boundary}-trained, seeds {seeds[0]}-{seeds[-1]}, retrained for {why}", cfg,
+                      len(seeds), flops.training_flops(cfg, len(seeds)), True,
+                      lambda: outcome.update(restore(piece.store, keys, piece.device, False)),
+                      r.train_s(cfg, len(seeds), piece.ref) + r.compile_s)  # fmt: skip
+    if outcome:
+        piece.summary.setdefault("restored", {}).update(outcome)
+        piece.save()
+    return done and not weightless(piece.store, keys)
 
 
 def mode_piece(piece: Piece, boundary: str) -> None:
-    """E2's own model trained in one mode, one group; with the norm, then everything that needs its weights."""
-    from engine.experiments import e3, e5
+    """E2's own model trained in one mode, one group; with the norm, then everything that needs its weights (E3's
+    refits only when they fit what is left: otherwise the `e3` piece computes them)."""
+    from engine.experiments import e5
     from engine.experiments.runs import ensure_runs, ensure_surgery
 
-    p, store, device = piece.preset, piece.store, piece.device
+    p, store, device, r = piece.preset, piece.store, piece.device, piece.rates
     cfg = preset(p, "parity", boundary)
     seeds = cfg.group(0)
-    work = flops.training_flops(cfg, len(seeds)) + eval_work(cfg, len(seeds), 2 if boundary == "norm" else 1)
+    passes = 2 if boundary == "norm" else 1
+    work = flops.training_flops(cfg, len(seeds)) + eval_work(cfg, len(seeds), passes)
+    seconds = r.train_s(cfg, len(seeds), piece.ref) + r.evals_s(cfg, len(seeds), passes, piece.ref) + r.compile_s
 
     def train() -> None:
         keys = ensure_runs(cfg, seeds, store, "e2", device, progress=False)
@@ -224,19 +354,59 @@ def mode_piece(piece: Piece, boundary: str) -> None:
             ensure_surgery(store, keys, cfg.max_eval_loops, "e2", device, False)
 
     what = f"E2 {boundary}-trained, seeds {seeds[0]}-{seeds[-1]}"
-    trained = piece.unit(what, cfg, len(seeds), work, needs(store, cfg, seeds, p, ["surgery"]), train)
+    trained = piece.unit(what, cfg, len(seeds), work, needs(store, cfg, seeds, p, ["surgery"]), train, seconds)
     if boundary == "none" or not trained:
         return
     ladder = e5.seeds_for(p, cfg, seeds)
+    if needs(store, cfg, ladder, p, ["rescale"]) and not regain_weights(piece, cfg, seeds, "the rescale surgery"):
+        return
     piece.unit(f"the rescale surgery on seeds {ladder[0]}-{ladder[-1]} (the ladder's rung)", cfg, len(ladder),
                eval_work(cfg, len(ladder), 2), needs(store, cfg, ladder, p, ["rescale"]),
-               lambda: e5.ensure(p, cfg, "e2", ladder, store, device, False))  # fmt: skip
+               lambda: e5.ensure(p, cfg, "e2", ladder, store, device, False),
+               r.evals_s(cfg, len(ladder), 3, piece.ref))  # fmt: skip
+    refit_piece(piece, cfg, seeds, retrain=False)
+
+
+def refit_piece(piece: Piece, cfg: RunConfig, seeds: list[int], retrain: bool = True) -> None:
+    """E3's refits of the norm-trained group (retrained first where its weights stayed on an earlier machine)."""
+    from engine.experiments import e3
+
+    p, store, r = piece.preset, piece.store, piece.rates
     refit = e3.refit_config(p)
     keys = [cfg.run_key(s) for s in seeds]
+    missing = bool(e3.missing_refits(keys, refit, store))
+    seconds = r.refits_s(cfg, len(seeds), refit.targets, refit.schedule, piece.ref)
+    if missing and weightless(store, keys):
+        if not retrain:
+            piece.summary.setdefault("units", []).append(dict(what="E3's refits", status="left to the e3 piece"))
+            piece.save()
+            return
+        left = piece.budget.limit - piece.budget.elapsed()
+        need = r.train_s(cfg, len(seeds), piece.ref) + r.compile_s + seconds
+        if need > left:  # retraining only to be cut off before the refits: refuse both now
+            record = dict(what="E3 (the group retrained, then its refits)", predicted_s=round(need, 1),
+                          status=f"not started: predicted {need:.0f} s, {left:.0f} s left of the command")  # fmt: skip
+            piece.summary.setdefault("units", []).append(record)
+            say(f"{record['what']}: {record['status']}")
+            piece.save()
+            return
+        if not regain_weights(piece, cfg, seeds, "E3's refits"):
+            return
     piece.unit(f"E3's refits ({', '.join(refit.targets)}; {refit.schedule[-1]} steps)", cfg, len(seeds),
-               flops.refit_flops(cfg, refit.targets, refit.schedule, len(seeds)),
-               bool(e3.missing_refits(keys, refit, store)),
-               lambda: e3.refit_runs(cfg, seeds, store, refit, device, progress=False))  # fmt: skip
+               flops.refit_flops(cfg, refit.targets, refit.schedule, len(seeds)), missing,
+               lambda: e3.refit_runs(cfg, seeds, store, refit, piece.device, False), seconds)  # fmt: skip
+
+
+def e3_piece(piece: Piece) -> None:
+    """E3's refits of E2's norm-trained group, when the `norm` piece stored its runs and could not fit them."""
+    cfg = preset(piece.preset, "parity", "norm")
+    seeds = cfg.group(0)
+    if any(piece.store.status(cfg.run_key(s)) != "ok" for s in seeds):
+        piece.summary["e3"] = "not started: E2's norm-trained group is not stored yet (run the norm piece first)"
+        say(piece.summary["e3"])
+        piece.save()
+        return
+    refit_piece(piece, cfg, seeds, retrain=True)
 
 
 def chain_candidates(preset_name: str, c1_steps: int) -> dict[str, RunConfig]:
@@ -271,11 +441,12 @@ def steps_that_fit(cfg: RunConfig, seconds: float, device: str, quantum: int, mo
     schedule = tasks.difficulty_schedule(probe.task, probe_steps)
     members = len(CHAIN_SEEDS)
     step_flops = [members * flops.train_step_flops(probe, flops.seq_len(probe.task, d)) for d in schedule]
-    rate = sum(step_flops[10:]) / (stamps[-1] - stamps[9])
-    per_step = flops.training_flops(cfg, members, 1000) / 1000
-    steps = int(seconds * rate / per_step) // quantum * quantum
+    per_probe_step = (stamps[-1] - stamps[9]) / (len(stamps) - 10)  # seconds a step measured, scaled by the
+    per_step = per_probe_step * (flops.training_flops(cfg, members, 1000) / 1000) / (sum(step_flops[10:]) / 30)
+    steps = int(seconds / per_step) // quantum * quantum  # candidate's own difficulty mix (the same sequences)
     steps = max(quantum, min(most, steps))
-    return steps, dict(probe_s=round(time.monotonic() - t0, 1), tflops_per_s=round(rate / 1e12, 3),
+    return steps, dict(probe_s=round(time.monotonic() - t0, 1), seconds_a_step=round(per_step, 4),
+                       tflops_per_s=round(sum(step_flops[10:]) / (stamps[-1] - stamps[9]) / 1e12, 3),
                        seconds_for_training=round(seconds, 1), steps=steps)  # fmt: skip
 
 
@@ -321,7 +492,10 @@ def chain_piece(piece: Piece, candidate: str) -> None:
         (folder / f"{candidate}.json").write_text(json.dumps(result, indent=1))
         say(f"{candidate}: held-out accuracy at T over k = 1..4 {result['score']} (by k {result['acc_at_T_by_k']})")
 
-    piece.unit(f"chain search {candidate} ({cfg.train.steps} steps)", cfg, len(CHAIN_SEEDS), work, True, search)
+    measured = summary.get("fit", {}).get("seconds_a_step") if candidate == "C1" else None
+    seconds = measured * cfg.train.steps if measured else piece.rates.train_s(cfg, len(CHAIN_SEEDS), piece.ref)
+    what = f"chain search {candidate} ({cfg.train.steps} steps)"
+    piece.unit(what, cfg, len(CHAIN_SEEDS), work, True, search, seconds)
     summary |= dict(results=chain_results(store), adopted=adopted(chain_results(store)))
     piece.save()
 
@@ -374,15 +548,17 @@ def reports(preset_name: str, store: Store) -> dict[str, str]:
     return out
 
 
-def run(name: str, preset_name: str, results: Path, device: str, budget: float, limit: float, out: Path) -> int:
+def run(name: str, preset_name: str, results: Path, device: str, budget: float, limit: float, out: Path,
+        rates: Rates | None = None) -> int:  # fmt: skip
     """One piece on this machine: compute what is missing within the budget, write the tables and the summary."""
     from engine.experiments.runs import Live, live
 
     store = Store(study_root(results, preset_name))
-    piece = Piece(name, preset_name, store, device, Budget(budget, limit), out)
+    piece = Piece(name, preset_name, store, device, Budget(budget, limit), out, rates=rates)
     commit, dirty = git_state()
     piece.summary = dict(study=STUDY, piece=name, preset=preset_name, device=device, started=utc_now(),
-                         git_commit=commit, git_dirty=dirty, budget_s=budget, limit_s=limit)  # fmt: skip
+                         git_commit=commit, git_dirty=dirty, budget_s=budget, limit_s=limit,
+                         rates=piece.rates.to_dict())  # fmt: skip
     if device == "cuda":
         from engine.core.store import gpu_info
 
@@ -394,6 +570,8 @@ def run(name: str, preset_name: str, results: Path, device: str, budget: float, 
             ladder_piece(piece)
         elif name in ("norm", "none"):
             mode_piece(piece, name)
+        elif name == "e3":
+            e3_piece(piece)
         else:
             chain_piece(piece, name.split("-")[1].upper())
     if not name.startswith("chain"):  # the search writes no table
@@ -419,8 +597,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds after which no group starts")
     ap.add_argument("--limit", type=float, default=LIMIT_S, help="the command's hard limit in seconds")
     ap.add_argument("--out", required=True, help="the folder that comes back ($OUT)")
+    ap.add_argument("--rates", help="a session's calibration (Rates as JSON); default: the H200's of 2026-12-04")
     args = ap.parse_args(argv)
-    return run(args.piece, args.preset, Path(args.results), args.device, args.budget, args.limit, Path(args.out))
+    rates = Rates.load(Path(args.rates) if args.rates else None, args.preset)
+    return run(args.piece, args.preset, Path(args.results), args.device, args.budget, args.limit, Path(args.out),
+               rates)  # fmt: skip
 
 
 if __name__ == "__main__":

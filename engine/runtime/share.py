@@ -102,11 +102,13 @@ def complete(folder: Path, checkpoints: bool) -> bool:
 
 
 def pull(root: Path, repo: str, checkpoints: bool = False) -> dict:
-    """Download the dataset repo into a folder of its own, check it as `merge` checks a pack (check_pulled), then
-    put it in the results folder: each run folder in one step, each table replaced in one rename. Runs already
-    complete here are not downloaded (a run key names one config and seed); tables are replaced by the pushed ones.
-    UsageError (one sentence) when nothing came (offline included) or what came is not a results folder's; then
-    nothing was written. Returns what came: files, runs (and refits), tables."""
+    """Download the dataset repo into a folder of its own, check it as `merge` checks a pack (check_pulled, then
+    engine.runtime.gpu_pack.compare with what is stored here), then put it in the results folder (place). Runs already
+    complete here are not downloaded (a run key names one config and seed); a pulled run that is stored here already
+    must be the same run or extend it (rows added, as merge allows), else the pull is refused; tables are replaced by
+    the pushed ones. UsageError (one sentence) when nothing came (offline included), what came is not a results
+    folder's, or it conflicts with what is here; then nothing was written. Returns what came: files, runs (and
+    refits) placed, tables."""
     from huggingface_hub import snapshot_download
 
     root = Path(root)
@@ -125,13 +127,74 @@ def pull(root: Path, repo: str, checkpoints: bool = False) -> dict:
         if not came:
             raise UsageError(f"nothing was downloaded from {repo} (offline, or the repo holds nothing this folder "
                              "lacks); check the connection and the repo's name, and pull again.")  # fmt: skip
-        runs = check_pulled(Path(tmp), came, checkpoints, repo)
-        for folder, key in runs:
-            place_folder(Path(tmp) / folder / key, root / folder / key)
+        runs = plan_pulled(root, Path(tmp), check_pulled(Path(tmp), came, checkpoints, repo), repo)
         tables = [rel for rel in came if len(rel.parts) == 1]
-        for rel in tables:
-            place_folder(Path(tmp) / rel, root / rel)
+        place(root, Path(tmp), runs, tables)
     return dict(files=len(came), runs=len(runs), tables=[rel.name for rel in tables])
+
+
+def plan_pulled(root: Path, tmp: Path, runs: list[tuple[str, str]], repo: str) -> list[tuple[str, str, str]]:
+    """The pulled runs to place, each (folder, key, how) as merge plans a pack's (engine.runtime.gpu_pack.compare:
+    "new", or "extends" what is stored here, keeping weights kept here), a run stored here that is damaged counted as
+    new (pull repairs it), and a run that is the same as here placed only if it brings weights this copy lacks. A run
+    stored here with other contents refuses the whole pull (UsageError, one sentence) before anything is written."""
+    from engine.core.store import Store
+    from engine.runtime.gpu_pack import compare
+
+    plan, conflicts = [], []
+    for folder, key in runs:
+        mine, theirs = Store(root, folder=folder), Store(tmp, folder=folder)
+        how = compare(mine, theirs, key) if mine.status(key) == "ok" else "new"
+        if how.startswith("conflict"):
+            conflicts.append(f"{folder[:-1]} {key} ({how[len('conflict: ') :]})")
+        elif how != "same" or set(theirs.manifest(key)["files"]) - set(mine.manifest(key)["files"]):
+            plan.append((folder, key, how))
+    if conflicts:
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        raise UsageError(f"{repo} conflicts with {root}: {conflicts[0]} is stored there with other contents{more}; "
+                         "nothing was pulled, and the results folder is as it was; pull into an empty folder "
+                         "(--results) to compare the two.")  # fmt: skip
+    return plan
+
+
+def place(root: Path, tmp: Path, runs: list[tuple[str, str, str]], tables: list[Path]) -> None:
+    """Put the checked pull in the results folder, all or nothing as far as a disk can: every run folder and table is
+    first built beside its place (in one hidden staging folder on the same file system, by merge's own placing,
+    engine.runtime.gpu_pack._place); a full disk there removes the staging folder and leaves the results folder as it
+    was. Only then does each go into its place in one step (a rename, or renameat2's exchange for a folder stored
+    here), which needs no space: a kill -9 among those steps leaves each run whole, old or new. The results folder is
+    locked (flock, as merge locks it) meanwhile; what a killed pull left staged goes at the next."""
+    import fcntl
+
+    from engine.core.store import Store
+    from engine.runtime.gpu_pack import _place, exchange
+
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for stale in root.glob(".pull-*"):  # a killed pull's staging folder: nothing in it was placed
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = root / f".pull-{os.getpid()}"
+        try:
+            staging.mkdir()
+            for folder, key, how in runs:
+                _place(Store(tmp, folder=folder), Store(root, folder=folder), Store(staging, folder=folder), key, how)
+            for rel in tables:
+                shutil.copy2(tmp / rel, staging / rel)
+            for folder, key, _ in runs:
+                new, target = staging / folder / key, root / folder / key
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists():
+                    exchange(new, target)  # the old folder is now in staging, and goes with it
+                else:
+                    new.rename(target)
+            for rel in tables:
+                os.replace(staging / rel, root / rel)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        os.close(fd)
 
 
 def check_pulled(tmp: Path, came: list[Path], checkpoints: bool, repo: str) -> list[tuple[str, str]]:
@@ -182,27 +245,3 @@ def check_pulled(tmp: Path, came: list[Path], checkpoints: bool, repo: str) -> l
         if wrong:
             raise refuse(f"holds a {folder[:-1]} that cannot be used: {wrong}")
     return sorted(runs)
-
-
-def place_folder(src: Path, target: Path) -> None:
-    """target (a folder or a file) replaced by a copy of src in one step: the copy is made beside it under a hidden
-    name, then swapped in (engine.runtime.gpu_pack.exchange) or renamed into place; the old one then goes."""
-    from engine.runtime.gpu_pack import copy_tree, exchange
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    new = target.with_name(f".{target.name}.{os.getpid()}.pull")
-    if not src.is_dir():
-        try:
-            shutil.copy2(src, new)
-            os.replace(new, target)
-        finally:
-            new.unlink(missing_ok=True)
-        return
-    try:
-        copy_tree(src, new)
-        if target.exists():
-            exchange(new, target)
-        else:
-            new.rename(target)
-    finally:
-        shutil.rmtree(new, ignore_errors=True)  # the old folder after the exchange, else the unfinished copy

@@ -1,9 +1,9 @@
 """A small Ouro trained here on the probe's prompt tasks, at difficulties it cannot answer in one loop step:
 E1's demonstration until the released weights are run. It is a demonstration, not a measurement of Ouro.
 
-    python -m engine.ouro.demo     # trains cached_results/e1-demo/, then E1 on it (both modes, n = 1..8):
+    python -m engine.experiments.e1_demo     # trains cached_results/e1-demo/, then E1 on it (both modes, n = 1..8):
                                    # cached_results/e1-demo.parquet and e1-demo.json
-    python -m engine.ouro.demo --probe-only      # E1 alone, on the checkpoint as it is; the same as
+    python -m engine.experiments.e1_demo --probe-only      # E1 alone, on the checkpoint as it is; the same as
     loopscope ouro --model cached_results/e1-demo --difficulty chain=8,parity=12 --prompts 200 --loops 1-8
 
 The model is engine.ouro.modeling's class at a small size (DEMO_CONFIG: the released sandwich layer, RoPE, untied
@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.core.train import adamw, optimizer_step, warmup_cosine
-from engine.ouro.probe import TASKS, VARIABLES, make_prompts, option_token_ids, probe
+from engine.experiments.e1_probe import TASKS, VARIABLES, make_prompts, option_token_ids, probe
 
 DEFAULT_RESULTS = Path("cached_results")
 NAME = "e1-demo"  # the checkpoint folder; its E1 tables are e1-demo.parquet and e1-demo.json beside it
@@ -85,7 +85,7 @@ PROBE = dict(  # the E1 run on the demo: what `loopscope ouro` is given
     difficulty={"chain": 8, "parity": 12},
     prompts=200,
     loops=list(range(1, 9)),
-    readout="final",  # the answer at loop step n, as the study reads it (engine.ouro.probe.READOUTS)
+    readout="final",  # the answer at loop step n, as the study reads it (engine.experiments.e1_probe.READOUTS)
     dtype="float32",
 )
 EVAL_SEED = 4242  # the training-time check (never the probe's seed)
@@ -267,7 +267,7 @@ def save(model, tokenizer, out_dir: Path) -> None:
 def probe_demo(results: Path, prompts: int = PROBE["prompts"]) -> int:
     """E1 on the demo checkpoint in `results`: `loopscope ouro` with PROBE's settings, on the CPU."""
     from engine.core.store import Store
-    from engine.ouro import e1
+    from engine.experiments import e1
 
     args = argparse.Namespace(
         model=str(results / NAME), task="chain,parity", prompts=prompts, loops=PROBE["loops"],
@@ -277,7 +277,7 @@ def probe_demo(results: Path, prompts: int = PROBE["prompts"]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.ouro.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m engine.experiments.e1_demo", description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help=f"writes {NAME}/ and {NAME}.* here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help=f"default {TRAIN['steps']}")

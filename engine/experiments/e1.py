@@ -2,7 +2,7 @@
 
     loopscope ouro --model ByteDance/Ouro-1.4B --task chain,parity --loops 1-8 --prompts 500
 
-For each task, `--prompts` balanced binary prompts (engine.ouro.probe, prompt seed PROMPT_SEED, the probe's
+For each task, `--prompts` balanced binary prompts (engine.experiments.e1_probe, prompt seed PROMPT_SEED, the probe's
 default difficulty unless `--difficulty` names another) are read out at every loop step of ONE forward of
 n = max(--loops) per batch, once as released (`norm`) and once with the boundary norm removed (`norm->none`,
 the surgery). The n = 1 identity (both modes' logits torch.equal on a batch) is checked and recorded; if it
@@ -15,7 +15,7 @@ config, revision, per-task settings, n = 1 identity, prompts, decoded top tokens
 table's sha256). A task whose key -- the model identity (config + sha256 of weights and tokenizer files)
 and the probe settings -- is in the manifest is served from the table and not recomputed.
 
-`python -m engine.ouro.measure` times a random-weight Ouro-1.4B on this CPU.
+`python -m engine.experiments.e1_bench` times a random-weight Ouro-1.4B on this CPU.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store, provenance
 from engine.errors import UsageError
-from engine.ouro import probe as P
+from engine.experiments import e1_probe as P
 from engine.ouro.hub import load_model, model_key, plan, resolve_model
 
 EXPERIMENT = "e1"
@@ -42,7 +42,7 @@ PROBE_VERSION = (
 )
 RELEASED_RULE = 2  # in the key of `--readout released` only (2: torch.cumsum on the model's device, issue 31)
 MODES = {"norm": "norm", "none": "norm->none"}  # mode run -> boundary label (Ouro is trained with the norm)
-METRICS = {  # result metric -> engine.ouro.probe column
+METRICS = {  # result metric -> engine.experiments.e1_probe column
     "accuracy": "greedy_acc",
     "choice_accuracy": "forced_acc",
     "top_token_share": "top_share",
@@ -295,7 +295,8 @@ def cmd_ouro(args, tasks: list[str], device: str, store: Store) -> int:
 
 
 def training_record(path: Path) -> dict | None:
-    """The summary of `training.json` (written by engine.ouro.demo) beside a checkpoint trained here, if any."""
+    """The summary of `training.json` (written by engine.experiments.e1_demo) beside a checkpoint trained here, if
+    any."""
     try:
         record = json.loads((path / "training.json").read_text())
     except (OSError, ValueError):
@@ -370,6 +371,6 @@ def dry_run(args, tasks: list[str], device: str) -> int:
     if p["estimated_s"] and device == "cpu":
         t = p["estimated_s"]
         took = f"{t / 60:.0f} min" if t >= 90 else f"{t:.0f} s"
-        print(f"time here: about {took} on a 2-core CPU like this project's (README, E1 on this CPU), plus "
+        print(f"time here: about {took} on a 2-core CPU like this project's (docs/performance.md), plus "
               "loading; a GPU takes seconds")  # fmt: skip
     return 0

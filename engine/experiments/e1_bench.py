@@ -1,6 +1,6 @@
 """What E1 costs on this CPU: a random-weight Ouro-1.4B read out at n loop steps, by dtype.
 
-python -m engine.ouro.measure            # prints seconds per prompt for float32 and bfloat16
+python -m engine.experiments.e1_bench            # prints seconds per prompt for float32 and bfloat16
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from engine.ouro import probe as P
+from engine.experiments import e1_probe as P
 
 
 def local_bpe_tokenizer(vocab_size: int = 600):
@@ -107,7 +107,7 @@ def measure_cpu(
 
     results = []
     for name in dtypes:
-        cmd = [sys.executable, "-m", "engine.ouro.e1", "--measure-one", name, "--loops", str(n_loops)]
+        cmd = [sys.executable, "-m", "engine.experiments.e1_bench", "--measure-one", name, "--loops", str(n_loops)]
         cmd += ["--prompts", str(prompts), "--batch", str(batch), "--threads", str(threads)]
         cmd += ["--difficulty", str(difficulty)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
@@ -116,7 +116,9 @@ def measure_cpu(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.ouro.e1", description="CPU cost of a random Ouro-1.4B")
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.experiments.e1_bench", description="CPU cost of a random Ouro-1.4B"
+    )
     parser.add_argument("--measure", action="store_true", help="measure fp32 and bf16, one process each")
     parser.add_argument("--measure-one", choices=["float32", "bfloat16"], help=argparse.SUPPRESS)
     parser.add_argument("--dtypes", default="float32,bfloat16")

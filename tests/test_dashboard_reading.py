@@ -1,0 +1,237 @@
+"""The dashboard as a researcher reads it (issue 43): the overview opens on the verdict matrix, one row per claim with
+parity beside chain, the same numbers as the engine's verdicts, the report and the README's headline table; every
+page opens on parity; a link's parameter that names nothing is said, not dropped; the figures keep their furniture
+off the data. On the shipped results (the verdicts are computed once per session into a temporary cache)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+pytestmark = pytest.mark.slow  # AppTest renders of the shipped results: tens of seconds on 2 cores
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "cached_results"
+APP = ROOT / "dashboard" / "app.py"
+needs_shipped = pytest.mark.skipif(not (SHIPPED / "e2-cpu.parquet").exists(), reason="no shipped results")
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path_factory.getbasetemp() / "verdict-cache"))
+
+
+def render(monkeypatch, root: Path, page: str = "overview", **query) -> AppTest:
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(root))
+    at = AppTest.from_file(str(APP), default_timeout=600)
+    at.query_params.update(query)
+    at.run()
+    if page != "overview":
+        at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def numbers(text: str) -> list[str]:
+    return re.findall(r"[+-]?\d+\.\d+", text)
+
+
+def near(number: str, among: list[str]) -> bool:
+    """`number` (as the README or a cell prints it, to its own decimals) is one of `among`, rounded alike."""
+    places = len(number.split(".")[1])
+    return any(round(abs(float(n)), places) == abs(float(number)) for n in among)
+
+
+@needs_shipped
+@pytest.mark.parametrize("study", ["cpu", "cpu-1layer"])
+def test_each_matrix_cell_is_the_judges_outcome_and_number(study):
+    """Every badge is an outcome the engine's claims give at the held-out mean for that claim and task, and every
+    number in a cell is in the claim's own `measured` text: the matrix computes nothing of its own."""
+    from dashboard import matrix, results
+
+    found = matrix.rows(study, SHIPPED)
+    assert [r["label"][:6] for r in found][:4] == ["E2 (a)", "E2 (b)", "E2 (c)", "E2 (d)"]
+    for row in found:
+        if row["note"]:
+            assert study not in results.presets(row["experiment"], SHIPPED)
+            continue
+        claims = matrix._of_row(results.claims(row["experiment"], study, SHIPPED)["claims"], row["claim"])
+        for task, entries in row["cells"].items():
+            mine = [c for c in claims if c["task"] == task]
+            at_mean = [c for c in mine if c["level"] == results.LEVELS[0]] or mine
+            assert entries, (row["label"], task)
+            assert {e["outcome"] for e in entries} <= {c["outcome"] for c in at_mean}
+            measured = " ".join(c["measured"] for c in at_mean)
+            for e in entries:
+                for n in numbers(e["number"]):
+                    assert n in measured, (row["label"], task, n, measured)
+
+
+@needs_shipped
+def test_the_readme_headline_table_shows_the_matrix_numbers():
+    """The README's headline table (the `cpu` study) and the matrix agree, number for number, claim by claim
+    (decimal numbers; the hardest-level asides in parentheses are the cards')."""
+    from dashboard import matrix
+
+    readme = (ROOT / "README.md").read_text()
+    cells = {r["label"][:6]: r for r in matrix.rows("cpu", SHIPPED)}
+    keys = {"E2 (a)": "E2 (a)", "E2 (b)": "E2 (b)", "E2 (c)": "E2 (c)", "E2 (d)": "E2 (d)", "E3 (a)": "E3 (a)",
+            "E3 (b)": "E3 (b)", "E4 loo": "E4 loo", "1. tra": "E5 1 ·", "2. tra": "E5 2 ·", "3. the": "E5 3 ·",
+            "4. a z": "E5 4 ·"}  # fmt: skip
+    checked = 0
+    for line in readme.splitlines():
+        parts = [p.strip() for p in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or parts[0][:6] not in keys:
+            continue
+        row = cells[keys[parts[0][:6]]]
+        shown = row["paper"] + " " + " ".join(e["number"] for es in row["cells"].values() for e in es or [])
+        for text in parts[1:]:
+            text = re.sub(r"\(hardest k:[^)]*\)", "", text)
+            for n in numbers(text):
+                if not near(n, numbers(shown)):
+                    raise AssertionError(f"README {parts[0]!r}: {n} is not on the matrix ({shown})")
+                checked += 1
+    assert checked >= 15
+
+
+@needs_shipped
+def test_the_overview_opens_on_the_matrix_with_the_cards_on_expand(monkeypatch):
+    at = render(monkeypatch, SHIPPED)
+    body = [h.proto.body for h in at.get("html") if 'class="verdicts"' in h.proto.body][0]  # then cpu-ladder's
+    assert body.index("E2 (a)") < body.index("E3 (a)") < body.index("E4 looping") < body.index("E5 4")
+    assert 'href="accuracy?preset=cpu&amp;task=parity&amp;difficulty=held-out+mean"' in body  # each cell a link
+    assert 'href="norms?preset=cpu&amp;task=parity' in body  # claim (d): the norm page
+    assert "paper&#x27;s</span>" in body or "paper's</span>" in body  # E2 (b) parity: the analyses apart
+    labels = [e.label for e in at.get("expander")]
+    assert any(label.startswith("E2 · ") and label.endswith("every card") for label in labels)
+    markdown = [m.value for m in at.markdown]
+    head = next(m for m in markdown if m.startswith("**E2 (d) · parity**"))
+    assert "both: does NOT hold" in head  # the one badge of a claim judged alike by both analyses
+
+
+@needs_shipped
+def test_another_studys_cards_are_never_shown_as_this_ones(monkeypatch):
+    """The first study ran no E5: its overview says so instead of ending on the `cpu` study's E5 cards."""
+    at = render(monkeypatch, SHIPPED, study="cpu-1layer")
+    markdown = [m.value for m in at.markdown]
+    assert not [m for m in markdown if m.startswith("**E5 ·")]
+    assert any("E5 is not part of the `cpu-1layer` study" in c.value for c in at.caption)
+    body = next(h.proto.body for h in at.get("html") if 'class="verdicts"' in h.proto.body)
+    assert "not part of the `cpu-1layer` study" in body.replace("<code>", "`").replace("</code>", "`")
+
+
+@needs_shipped
+@pytest.mark.parametrize("page", ["accuracy", "norms", "refit", "agreement"])
+def test_every_page_opens_on_parity(monkeypatch, page):
+    at = render(monkeypatch, SHIPPED, page)
+    assert at.selectbox(key="task").value == "parity"
+
+
+@needs_shipped
+def test_a_link_parameter_that_names_nothing_is_said(monkeypatch):
+    at = render(monkeypatch, SHIPPED, "accuracy", n="abc")
+    assert any("n=abc names nothing on this page" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+@needs_shipped
+def test_a_link_to_a_study_a_page_lacks_is_said(monkeypatch, tmp_path):
+    """One study has the page's table: no selector, so the link's study is named in a notice, not dropped."""
+    (tmp_path / "e2-cpu.parquet").write_bytes((SHIPPED / "e2-cpu.parquet").read_bytes())
+    at = render(monkeypatch, tmp_path, "accuracy", preset="cpu-1layer")
+    assert any("preset=cpu\\-1layer" in w.value and "**cpu** is shown" in w.value for w in at.warning)
+
+
+def spec_of(chart) -> dict:
+    return json.loads(chart.to_json())
+
+
+def layer(spec: dict, name: str) -> dict:
+    (found,) = [lay for lay in spec["layer"] if lay.get("name") == name]
+    return found
+
+
+def test_chart_furniture_stays_off_the_data():
+    """The budget label sits at the foot of the plot (accuracy near 1.0 runs at the top), the chance rule carries no
+    text, and Cliff's δ keeps room for a point and its CI at ±1 and at the first and last n."""
+    import pandas as pd
+
+    from dashboard import charts
+
+    stats = pd.DataFrame({"series": ["norm"] * 3, "eval_loops": [1, 2, 3], "mean": [0.5, 1.0, 1.0],
+                          "ci_low": [0.4, 1.0, 1.0], "ci_high": [0.6, 1.0, 1.0], "n": [4] * 3,
+                          "ci_method": ["bca"] * 3})  # fmt: skip
+    spec = spec_of(charts.curves(stats, "eval_loops", "n", "accuracy", budgets=charts.budget_rules(2), chance=0.5))
+    label = layer(spec, "budget-label")
+    y_px = spec["datasets"][label["data"]["name"]][0]["y_px"]
+    assert y_px > charts.HEIGHT / 2 and label["mark"]["baseline"] == "bottom"
+    assert "chance-label" not in {lay.get("name") for lay in spec["layer"]}
+    summary = pd.DataFrame({"eval_loops": [1, 12], "delta": [1.0, -1.0], "delta_ci_low": [1.0, -1.0],
+                            "delta_ci_high": [1.0, -1.0], "magnitude": ["large"] * 2,
+                            "p_value": [0.01] * 2})  # fmt: skip
+    spec = spec_of(charts.delta_chart(summary, "eval_loops", "n"))
+    x = layer(spec, "delta")["encoding"]["x"]["scale"]["domain"]
+    assert x[0] < 1 and x[1] > 12
+    y = spec["layer"][0]["encoding"]["y"]["scale"]["domain"]
+    assert y[0] < -1 and y[1] > 1
+
+
+def test_the_compare_view_tells_the_two_sets_apart_in_its_legend():
+    import pandas as pd
+
+    from dashboard import charts
+
+    both = pd.DataFrame({"series": ["norm · a", "norm · b"], "eval_loops": [1, 1], "mean": [0.5, 0.6],
+                         "ci_low": [0.4, 0.5], "ci_high": [0.6, 0.7], "n": [4, 4], "ci_method": ["bca"] * 2,
+                         "set": ["a", "b"]})  # fmt: skip
+    spec = spec_of(charts.curves(both, "eval_loops", "n", "y", dash="set", dash_title="result set"))
+    dash = layer(spec, "mean")["encoding"]["strokeDash"]
+    assert dash.get("legend") is not None and dash.get("title") == "result set"
+
+
+@needs_shipped
+def test_e4_at_matched_overshoot_draws_only_the_overshoots_the_looped_model_reaches(monkeypatch):
+    at = render(monkeypatch, SHIPPED, "stacked", axis="ratio")
+    from tests.test_dashboard import charts_on
+
+    spec = charts_on(at)[0]
+    mean = layer(spec, "mean")
+    drawn = spec["datasets"][mean["data"]["name"]] if "data" in mean else spec["datasets"][spec["data"]["name"]]
+    assert max(r["overshoot_ratio"] for r in drawn) <= 3
+
+
+@needs_shipped
+def test_a_loss_of_exactly_zero_says_so_and_a_groups_wall_time_is_shown_once():
+    from dashboard import charts, data
+    from engine.core.store import Store
+
+    assert charts.loss_text(0.0) == "0 exactly"
+    walls = {}
+    for key in Store(SHIPPED).run_keys()[:40]:
+        record, _ = data._run_record(str(SHIPPED), key, data.files_state(SHIPPED / "runs" / key))
+        m = json.loads((SHIPPED / "runs" / key / "manifest.json").read_text())
+        walls.setdefault((m.get("wall_time_s"), tuple(m.get("group") or [])), []).append(record["group wall (s)"])
+    assert walls and all(sum(w is not None for w in shown) <= 1 for shown in walls.values())
+
+
+def test_report_pairs_parity_with_chain():
+    from dashboard import report
+
+    cells = report.paired_cells({("a", "chain"): "C", ("b", "parity"): "P", ("a", "parity"): "A"})
+    assert cells == ["A", "C", "P", "<div></div>"]  # one row per claim: parity, chain; a missing task left blank
+
+
+@needs_shipped
+def test_the_report_labels_the_demonstration_and_draws_claim_d_on_norm_and_token():
+    import pandas as pd
+
+    from dashboard import report
+
+    figures = report.e1_figures(pd.read_parquet(SHIPPED / "e1-demo.parquet"), "demo")
+    assert figures and all("demonstration, not the released weights" in title for title, _, _ in figures)
+    assert all("Demonstration, not the released weights" in caption for _, _, caption in figures)
+    spec = spec_of(figures[0][1])
+    assert spec["datasets"][layer(spec, "reference")["data"]["name"]][0]["y"] == 0.0  # the paper's 0.000 at T
+    titles = [t for t, _, _ in report.e2_figures(pd.read_parquet(SHIPPED / "e2-cpu.parquet"), "cpu")]
+    assert "E2 (d) · parity: state norm per step" in titles and "E2 (d) · parity: top-token share per step" in titles
