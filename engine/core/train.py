@@ -312,7 +312,7 @@ def train_group(
     """Train one group of seeds. With checkpoint_path, resume from it if it holds this run, and save it
     every checkpoint_every steps; on_step(steps done, total steps, mean loss) is called after each step.
     compile (default: compile_wanted) runs the forward through torch.compile (dynamic shapes, one compilation for
-    every sequence length): worth it on a GPU, not on 2 CPU cores (README, performance). The estimated peak memory
+    every sequence length): worth it on a GPU, not on 2 CPU cores (docs/performance.md). The estimated peak memory
     is printed first, and a group that cannot fit ends with ValueError before anything is allocated.
     check_every (default: every step on the CPU, FINITE_EVERY on a GPU): the losses stay on the device and are copied
     to the host, and checked for NaN or infinity, every this many steps (and before a checkpoint and at the end), so a

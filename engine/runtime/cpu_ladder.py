@@ -1,7 +1,7 @@
-"""The GPU study's ladder on the CPU (preset `cpu-ladder`; README, "The ladder on the CPU"), in pieces that survive
-a lost machine: one seed a group, a checkpoint every CHECKPOINT_EVERY steps under <results>/cpu-ladder/jobs/ckpt/,
-resumed bit for bit by running the same command again on the same machine. Every step is cached: a second run of a
-finished stage computes nothing.
+"""The GPU study's ladder on the CPU (preset `cpu-ladder`; docs/gpu-study.md, "The ladder on the CPU"), in
+pieces that survive a lost machine: one seed a group, a checkpoint every CHECKPOINT_EVERY steps under
+<results>/cpu-ladder/jobs/ckpt/, resumed bit for bit by running the same command again on the same machine. Every
+step is cached: a second run of a finished stage computes nothing.
 
   probe   the recipe probe on the 19M rung (the preset's own model), candidates R1, R2, R3 in order
           (engine.core.presets.GPU_RECIPES), seeds 0-3 one after another. Each seed is trained, then evaluated as
@@ -89,7 +89,7 @@ def probe(store: Store, names: list[str]) -> dict:
             atomic_write(path, json.dumps(record, indent=1).encode())
             say(f"adopted {name}")
             return record
-    say("no candidate reached the bar: the study is 'recipe below the bar' (README's rule); the best is reported")
+    say("no candidate reached the bar: the study is 'recipe below the bar' (gpu-study.md's rule); the best is reported")
     return record
 
 

@@ -16,7 +16,7 @@ Pieces, at the `gpu` preset (`gpu-smoke` runs the same on the CPU in seconds):
   e3        E3's refits of the norm-trained group when the `norm` piece could not fit them: the group retrained
             (runs.restore: bit-identical on the same GPU type, checked against the stored rows), then refit
   chain-c1, chain-c2
-            the retrieval-chain search, one candidate a command, as the README fixed them
+            the retrieval-chain search, one candidate a command, as docs/gpu-study.md fixed them
 
 No new group (a training group, a refit group, a chain candidate) starts once `--budget` seconds have passed, nor
 one that the device's measured seconds per step (Rates: the session's calibration, or the last measured ones) say
@@ -410,7 +410,7 @@ def e3_piece(piece: Piece) -> None:
 
 
 def chain_candidates(preset_name: str, c1_steps: int) -> dict[str, RunConfig]:
-    """C1 and C2 as the README fixed them: the `paper` chain (3 layered chains, 32 names, k 1-6 trained, half held
+    """C1 and C2 as gpu-study.md fixed them: the `paper` chain (3 layered chains, 32 names, k 1-6 trained, half held
     out) on the 19M model, norm-trained, seeds 0-3 as one group, batch 256, lr 5e-4, C1 as many steps as fit, C2
     k 1-4 trained and 2,000 steps; the rest is TrainConfig's default (warmup 100). `gpu-smoke`: the same logic at a
     size the CPU runs in seconds."""
@@ -456,7 +456,7 @@ def chain_results(store: Store) -> dict[str, dict]:
 
 
 def adopted(results: dict[str, dict]) -> str | None:
-    """The README's rule: the first candidate, in order, whose score (norm-trained held-out accuracy at n = T over
+    """gpu-study.md's rule: the first candidate, in order, whose score (norm-trained held-out accuracy at n = T over
     k = 1..4) is >= 0.90."""
     return next((c for c in ("C1", "C2") if c in results and results[c]["qualifies"]), None)
 
