@@ -115,7 +115,7 @@ def ship(source: Store, store: Store) -> list[str]:
     stored runs without computing anything. Returns the run keys copied."""
     import shutil
 
-    from engine.runtime.gpu_pack import exchange
+    from engine.runtime.gpu_pack import swap_into
 
     copied = []
     for key in source.run_keys():
@@ -126,12 +126,7 @@ def ship(source: Store, store: Store) -> list[str]:
         try:
             shutil.copytree(source.run_dir(key), staged.run_dir(key))
             staged.drop_weights(key, "76 MB a seed at 19M: not kept in the repository")
-            target = store.run_dir(key)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():  # a damaged or part-copied folder of the same run: swapped out in one step
-                exchange(staged.run_dir(key), target)
-            else:  # one rename: the run appears whole or not at all
-                staged.run_dir(key).rename(target)
+            swap_into(staged.run_dir(key), store.run_dir(key))  # whole or not at all; a damaged copy swapped out
         finally:
             shutil.rmtree(staged.root, ignore_errors=True)
         copied.append(key)

@@ -304,10 +304,7 @@ def _swap_in(dest: Path, build):
                 copy_tree(dest, new)
             new.mkdir(exist_ok=True)
             done = build(new)
-            if dest.exists():
-                exchange(new, dest)
-            else:
-                new.rename(dest)
+            swap_into(new, dest)
         finally:
             shutil.rmtree(new, ignore_errors=True)  # the old folder after the exchange, else the unfinished copy
         return done
@@ -328,6 +325,16 @@ def copy_tree(src: Path, dst: Path) -> None:
                 if e.errno in NO_SPACE:
                     raise
                 shutil.copy2(Path(folder) / name, here / name, follow_symlinks=False)
+
+
+def swap_into(new: Path, target: Path) -> None:
+    """Put folder `new` at `target` in one step: exchanged with what is there (which is then left at `new`, for the
+    caller to remove), or renamed where nothing is."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        exchange(new, target)
+    else:
+        new.rename(target)
 
 
 def exchange(a: Path, b: Path) -> None:

@@ -167,7 +167,7 @@ def place(root: Path, tmp: Path, runs: list[tuple[str, str, str]], tables: list[
     import fcntl
 
     from engine.core.store import Store
-    from engine.runtime.gpu_pack import _place, exchange
+    from engine.runtime.gpu_pack import _place, swap_into
 
     root.mkdir(parents=True, exist_ok=True)
     fd = os.open(root, os.O_RDONLY)
@@ -183,12 +183,7 @@ def place(root: Path, tmp: Path, runs: list[tuple[str, str, str]], tables: list[
             for rel in tables:
                 shutil.copy2(tmp / rel, staging / rel)
             for folder, key, _ in runs:
-                new, target = staging / folder / key, root / folder / key
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if target.exists():
-                    exchange(new, target)  # the old folder is now in staging, and goes with it
-                else:
-                    new.rename(target)
+                swap_into(staging / folder / key, root / folder / key)  # an old folder goes with the staging
             for rel in tables:
                 os.replace(staging / rel, root / rel)
         finally:
