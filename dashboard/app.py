@@ -8,6 +8,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout
 
 from dashboard.results import presets, results_root  # noqa: E402  (after the path fix above)
+from dashboard.ui import READ  # noqa: E402
 from engine.runtime import settings  # noqa: E402  (torch-free: the first page imports nothing heavy)
 
 PAGES = Path(__file__).resolve().parent / "app_pages"  # absolute: streamlit_app.py runs this file from the root
@@ -22,9 +23,16 @@ st.config.set_option("runner.postScriptGC", False)
 # No motion: Streamlit animates its running indicator, skeletons and fades, and a visitor's browser repaints them
 # at 60 frames a second for as long as a page waits for the server (software-rasterised where there is no GPU);
 # still, a results viewer shows the same. First on every page, so it arrives with the first message of a run.
+# A chart's own toolbar (Streamlit's, on hover) offers "Download as PNG": an untitled copy beside each figure's
+# titled PNG/SVG export (dashboard.ui.figure). st.vega_lite_chart has no option to leave it out (its embed options
+# take theme, renderer and padding; vega-embed's actions are already off), so the button is hidden here.
+# (Two rules: the button itself, and its slot in the toolbar where the browser knows :has.)
+CHART_PNG_BUTTON = 'button[aria-label^="Download as PNG"]'
 st.html(
     "<style>*, *::before, *::after { animation: none !important; transition: none !important; }"
-    "[data-testid=stMainBlockContainer] { padding-top: 2.5rem; }</style>"
+    "[data-testid=stMainBlockContainer] { padding-top: 2.5rem; }"
+    f"[data-testid=stElementToolbar] {CHART_PNG_BUTTON} {{ display: none !important; }}"
+    f"[data-testid=stElementToolbarButton]:has({CHART_PNG_BUTTON}) {{ display: none !important; }}</style>"
 )  # the first screen for the results
 settings.adopt_settings(st.secrets)  # read_only and the caps may come from st.secrets (Community Cloud)
 address = st.config.get_option("server.address")  # None: every interface, unless this is AppTest (no server)
@@ -58,9 +66,11 @@ if settings.read_only():
     st.set_option("client.showErrorDetails", "type")  # an error outside page.run() (a callback, a fragment): no trace
 notice = st.empty()  # above the page: a link's parameters that name nothing on it (filled after it runs)
 asked = list(st.query_params)
+st.session_state[READ] = set()  # parameters a page reads without a widget (ui.pick_study with one study)
 try:
     page.run()
-    unknown = [k for k in asked if k in st.query_params and k not in st.session_state]
+    read = st.session_state[READ]
+    unknown = [k for k in asked if k in st.query_params and k not in st.session_state and k not in read]
     if unknown:  # a bad value of a known parameter is named by its widget (ui._link_notice); an unknown one here
         from dashboard.ui import as_text
 

@@ -38,6 +38,8 @@ INTEGER_AXES = {"eval_loops", "overshoot_diff", "refit_steps"}
 SET_SEP = " · "  # series of a compared result set: `<series> · <set>`
 LABEL_STEP = 14  # px between the labels of reference points at the same x
 MIN_BAND_SEEDS = 3  # no CI band from fewer seeds: a bootstrap over 2 seeds only restates their range
+LEVEL_DASHES = ([1, 0], [8, 4], [2, 3], [8, 3, 2, 3])  # the reference levels' rules: solid, dashed, dotted, dash-dot
+LEVELS_TITLE = "levels (black rules)"
 
 
 # a line-style legend's symbol: a dark unfilled stroke (with point=True a filled symbol hides the dash)
@@ -131,13 +133,21 @@ def _reference_layers(refs: pd.DataFrame) -> list[alt.Chart]:
                 .properties(name=f"reference-label-{i}")
             )
     if len(levels):
-        base = alt.Chart(levels)
-        layers += [
-            base.mark_rule(color="#000000", strokeDash=[1, 0], opacity=0.5)
-            .encode(y="y:Q", tooltip=["label:N", "y:Q"])
-            .properties(name="reference-level"),
-            base.mark_text(align="left", x=4, dy=-6, fontSize=11).encode(y="y:Q", text="label:N"),
-        ]
+        # named in a legend, one dash per level, never by a text on the plot: a level's label sat on its rule, where
+        # the curves that reach it run (E3's full recovery at 1.0)
+        labels = list(dict.fromkeys(levels["label"]))
+        dashes = alt.Scale(domain=labels, range=[LEVEL_DASHES[i % len(LEVEL_DASHES)] for i in range(len(labels))])
+        legend = alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolSize=500, **DASH_SYMBOL)
+        layers.append(
+            alt.Chart(levels)
+            .mark_rule(color="#000000", opacity=0.6, strokeWidth=1.5)
+            .encode(
+                y="y:Q",
+                strokeDash=alt.StrokeDash("label:N", title=LEVELS_TITLE, scale=dashes, legend=legend),
+                tooltip=["label:N", "y:Q"],
+            )
+            .properties(name="reference-level")
+        )
     return layers
 
 
@@ -215,7 +225,9 @@ def curves(
         layers += _chance_layers(chance, chance_label, x_right)
     if references is not None and len(references):
         layers += _reference_layers(references)
-    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE).resolve_scale(color="shared")
+    chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE)
+    # the reference levels' dashes are their own legend, apart from a dash the curves may have (arch, set)
+    return chart.resolve_scale(color="shared", strokeDash="independent")
 
 
 def band_rows(stats: pd.DataFrame) -> pd.DataFrame:
@@ -398,6 +410,27 @@ def devices_note(points: pd.DataFrame, T: int) -> str:
     return note + (f" Run on both devices (the bridge), at n = T: {'; '.join(bridges)}." if bridges else "")
 
 
+LADDER_PAD = 0.06  # of the y span, beyond the lowest and highest CI bound: a bound never sits on the plot's frame
+LADDER_X_PAD = 1.25  # a factor beyond the smallest and largest model: the end rungs' CIs drawn whole, off the frame
+
+
+def ladder_domains(points: pd.DataFrame, reference_params: float) -> tuple:
+    """ladder_chart's x (parameters, log) and y domains: every rung, the paper's rule and every CI bound inside,
+    with room beyond (LADDER_X_PAD, LADDER_PAD), and 0 (the zero rule) on the y axis; Undefined for no points."""
+    values = pd.concat([pd.to_numeric(points[c], errors="coerce") for c in ("ci_low", "ci_high", "mean")])
+    values = values[values.abs() != float("inf")].dropna()
+    params = pd.to_numeric(points["params"], errors="coerce").dropna()
+    if values.empty or params.empty:
+        return alt.Undefined, alt.Undefined
+    lo, hi = min(0.0, float(values.min())), max(0.0, float(values.max()))
+    pad = LADDER_PAD * ((hi - lo) or 1.0)
+    x = [
+        min(float(params.min()), reference_params) / LADDER_X_PAD,
+        max(float(params.max()), reference_params) * LADDER_X_PAD,
+    ]
+    return x, [lo - pad, hi + pad]
+
+
 @memoized()
 def ladder_chart(
     points: pd.DataFrame, reference_params: float, y_title: str = "accuracy lost to the surgery (norm − norm→none)"
@@ -425,7 +458,13 @@ def ladder_chart(
     else:
         points = points.assign(marker=points["steps"]) if len(points) else points.assign(marker=[])
         shape = alt.Shape("steps:N", title="training steps", legend=alt.Legend(orient="bottom"))
-    x = alt.X("params:Q", title="parameters (log scale)", scale=alt.Scale(type="log", nice=False))
+    x_domain, y_domain = ladder_domains(points, reference_params)
+    x = alt.X(
+        "params:Q",
+        title="parameters (log scale)",
+        scale=alt.Scale(type="log", domain=x_domain, nice=False),
+        axis=alt.Axis(format="~s", labelOverlap=True),
+    )  # 20k, 1M: the padded domain's labels never run together
     colors = color_scale(points["series"]) if len(points) else alt.Undefined
     color = alt.Color("series:N", title="loop count", scale=colors, legend=alt.Legend(orient="bottom"))
     tooltip = ["series:N", alt.Tooltip("params:Q", format=","), "steps:N", alt.Tooltip("mean:Q", format="+.3f"),
@@ -433,7 +472,8 @@ def ladder_chart(
     tooltip += ["device:N"] if len(devices) > 1 else []
     tooltip += ["run_on:N"] if "run_on" in points else []
     base = alt.Chart(points).encode(x=x, color=color)
-    y = alt.Y("mean:Q", title=y_title)
+    y_scale = alt.Scale(domain=y_domain)  # every layer's y on it: one domain, stated, never merged from the layers
+    y = alt.Y("mean:Q", title=y_title, scale=y_scale)
     if len(devices) > 1:  # the GPU's markers hollow and larger, drawn over the CPU's filled ones
         marks = [
             base.transform_filter(alt.datum.device == d)
@@ -448,9 +488,10 @@ def ladder_chart(
         ]
     paper_rule = pd.DataFrame({"params": [reference_params], "label": [f"the paper's {reference_params / 1e6:.0f}M"]})
     layers = [
-        alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y="y:Q").properties(name="zero"),
-        base.mark_rule(strokeWidth=2).encode(y="ci_low:Q", y2="ci_high:Q").properties(name="ci"),
-        base.mark_line(strokeWidth=1.5, opacity=0.6).encode(y="mean:Q", detail="marker:N").properties(name="line"),
+        alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y=alt.Y("y:Q", scale=y_scale))
+        .properties(name="zero"),
+        base.mark_rule(strokeWidth=2).encode(y=alt.Y("ci_low:Q", scale=y_scale), y2="ci_high:Q").properties(name="ci"),
+        base.mark_line(strokeWidth=1.5, opacity=0.6).encode(y=y, detail="marker:N").properties(name="line"),
         *marks,
         alt.Chart(paper_rule).mark_rule(strokeDash=[6, 4], color="#444444").encode(x="params:Q")
         .properties(name="paper"),

@@ -62,9 +62,40 @@ def device_of(preset_name: str) -> str:
     return "GPU" if preset_name in GPU_STUDIES else "CPU"
 
 
-def run_on(preset_name: str) -> str:
-    """The device and precision a study's runs trained with (a GPU trains under bf16 autocast, the CPU in fp32)."""
-    return "GPU, bf16 autocast" if device_of(preset_name) == "GPU" else "CPU, fp32"
+def run_on(preset_name: str, root: Path | None = None) -> str:
+    """The device and precision a study's runs trained with, from the manifests of its tables' runs (a GPU trains
+    under bf16 autocast; the CPU in the config's train.precision, fp32 where a config leaves it out); where none of
+    its runs is stored, the study's design (a GPU study on a GPU, the others on the CPU in fp32)."""
+    root = Path(root) if root is not None else results_root()
+    named = ((t, TABLE_NAME.match(Path(t[0]).name)) for t in tables_state(root))
+    tables = tuple(t for t, m in named if m and m.group(1) != "e1" and m.group(2) == preset_name)
+    found = _run_on(str(study_root(root, preset_name)), str(root), tables)
+    return found or ("GPU, bf16 autocast" if device_of(preset_name) == "GPU" else "CPU, fp32")
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _run_on(folder: str, root: str, tables: tuple) -> str:
+    """run_on's reading: each device and precision among the runs of `tables` (paths under root) stored in folder,
+    most runs first, joined by '; ' ('' where none is stored)."""
+    import pyarrow.parquet as pq
+
+    keys: set[str] = set()
+    for name, *_ in tables:
+        try:
+            keys |= {k for k in pq.read_table(Path(root) / name, columns=["run_key"]).column(0).to_pylist() if k}
+        except Exception:  # a damaged table: its page says so
+            continue
+    counts: dict[str, int] = {}
+    for key in sorted(k for k in keys if isinstance(k, str) and re.fullmatch(r"[0-9a-f]{16}", k)):
+        try:
+            m = json.loads((Path(folder) / "runs" / key / "manifest.json").read_text())
+            train = (m.get("config") or {}).get("train") or {}
+            gpu = str(m.get("device", "")).startswith("cuda")
+            how = "GPU, bf16 autocast" if gpu else f"CPU, {train.get('precision') or 'fp32'}"
+        except (OSError, ValueError, AttributeError):
+            continue
+        counts[how] = counts.get(how, 0) + 1
+    return "; ".join(sorted(counts, key=lambda h: -counts[h]))
 
 
 def by_device(tables: dict) -> dict:

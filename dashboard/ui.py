@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the overview imports this module: nothing heavy on its way 
     from dashboard import data
 
 
+READ = "_link_read"  # session key: the URL parameters the page read without a widget (dashboard/app.py names the rest)
 STUDY_HELP = (
     "The tables found, largest study first; the default is the largest with an E2 table. gpu: the study at the "
     "paper's scale on a GPU (its own folder, gpu/: E2, E3 and E5's ladder and rescale surgery); cpu: the second CPU "
@@ -107,6 +108,7 @@ def pick_study(options: Sequence[str], key: str = "preset", having: Sequence[str
         return select("study (preset)", options, key, default=default, help=STUDY_HELP)
     chosen = options[0] if options else None
     asked = st.query_params.get(key)
+    st.session_state.setdefault(READ, set()).add(key)  # read here, not unknown (dashboard/app.py)
     if asked and asked != chosen:  # no selector to fall back on: say what the link asked for and what is shown
         shown = f"**{chosen}** is shown instead" if chosen else "nothing is shown"
         st.warning(f"This link's {key}={as_text(asked)} has no table on this page: {shown}.")

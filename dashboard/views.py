@@ -499,8 +499,9 @@ def norms_section(
             st.caption(
                 "State-norm growth, one definition (engine.experiments.verdicts.norm_ratios): per seed, `norm_post` "
                 "at each step averaged over the chosen difficulties, then max/min over steps 1..n; over seeds the "
-                "worst seed (the one claim (d)'s verdict reads: the norm must stay bounded for every seed), the "
-                "median and the mean. "
+                "worst seed (`worst`, its number `seed`: the one claim (d)'s verdict reads, the norm must stay "
+                f"bounded for every seed), the median and the mean; `≤ {paper.SURGERY_NORM_BOUND:g}×`: the seeds "
+                "within claim (d)'s bound. "
                 + ("Claim (d)'s card shows the `norm->none` row at n = T at the held-out mean. " if judged else "")
                 + f"Paper (Ouro, norm removed): within {paper.SURGERY_NORM_RATIO}×."
             )
@@ -524,8 +525,13 @@ def norms_section(
         ui.figure(chart, stats, f"{name}-top_token_share", caption + items, title)
         tokens = found["tokens"] if tokens is None else tokens[tokens["mode"].isin(modes)]
         if len(tokens):
-            st.dataframe(tokens, hide_index=True, width="stretch")
-            st.caption("The most frequent predicted token per step (the commonest over seeds and difficulties).")
+            tokens = tokens_by_step(tokens)  # a column per mode, a row per n: every column fits the half page
+            st.dataframe(
+                tokens, hide_index=True, width="stretch", height="content", column_config=_token_format(tokens)
+            )
+            st.caption(
+                "The most frequent predicted token per step n (the commonest over seeds and difficulties), per mode."
+            )
     return shown
 
 
@@ -540,5 +546,64 @@ def top_tokens(rows: pd.DataFrame, difficulty: str) -> pd.DataFrame:
     return table.reset_index().rename(columns={"boundary": "mode"})
 
 
+# The room of a table in a half-page column (st.columns(2)) of a 1400 px window, sidebar open (layout "wide"): the
+# main block is about 940 px, each half about 460 px less the table's border. A table there sets its columns' widths
+# (px) to add up to at most this, so every column shows without a horizontal scroll.
+HALF_PAGE_PX = 450
+# norm_growth_table's columns in the state-norm half: (short label, width px, help); the caption under the table says
+# what they are. `within <bound>×` is added by _ratio_format (the bound is paper.SURGERY_NORM_BOUND).
+GROWTH_COLUMNS = {
+    "mode": ("mode", 90, "The boundary mode (norm->none: trained with the norm, run without it)."),
+    "steps": ("steps", 70, "The steps the max/min is taken over, 1..n; (T): the trained budget."),
+    "worst seed max/min": ("worst", 60, "The worst seed's max/min state norm over the steps (claim (d) reads it)."),
+    "worst seed": ("seed", 44, "Which seed is the worst."),
+    "median max/min": ("median", 62, "The median over seeds of max/min."),
+    "mean max/min": ("mean", 56, "The mean over seeds of max/min."),
+}
+WITHIN_WIDTH = 66  # `16 of 16`
+
+
+def tokens_by_step(tokens: pd.DataFrame) -> pd.DataFrame:
+    """top_tokens' table (a row per mode, a column `n=<n>` per step) turned: a row per step n, a column per mode."""
+    turned = tokens.set_index("mode").T
+    steps = [str(c).removeprefix("n=") for c in turned.index]
+    turned.index = [int(n) for n in steps] if all(n.isdigit() for n in steps) else steps  # sorts as numbers
+    turned = turned.rename_axis("n").reset_index()
+    turned.columns.name = None
+    return turned
+
+
+TOKEN_N_WIDTH = 60  # the token table's n column; the modes share the rest of HALF_PAGE_PX, at most TOKEN_MODE_WIDTH
+TOKEN_MODE_WIDTH = 130
+
+
+def _token_format(tokens: pd.DataFrame) -> dict:
+    """tokens_by_step's column_config: widths in px that fit HALF_PAGE_PX, whatever the number of modes."""
+    modes = [c for c in tokens.columns if c != "n"]
+    width = min(TOKEN_MODE_WIDTH, (HALF_PAGE_PX - TOKEN_N_WIDTH) // max(len(modes), 1))
+    help_n = "The inference loop count n (loop steps)."
+    column = (
+        st.column_config.NumberColumn if pd.api.types.is_numeric_dtype(tokens["n"]) else st.column_config.TextColumn
+    )
+    return {"n": column("n", width=TOKEN_N_WIDTH, help=help_n)} | {
+        m: st.column_config.TextColumn(m, width=width) for m in modes
+    }
+
+
 def _ratio_format(ratios: pd.DataFrame) -> dict:
-    return {c: st.column_config.NumberColumn(c, format="%.2f×") for c in ratios.columns if "max/min" in c}
+    """norm_growth_table's column_config: short labels (help on hover) and widths in px that fit HALF_PAGE_PX."""
+    config = {}
+    for c in ratios.columns:
+        if c.startswith("within "):
+            bound = c.removeprefix("within ")
+            text = f"Seeds whose max/min is {c} (claim (d)'s bound)."
+            config[c] = st.column_config.TextColumn(f"≤ {bound}", width=WITHIN_WIDTH, help=text)
+            continue
+        label, width, text = GROWTH_COLUMNS.get(c, (c, None, None))
+        if "max/min" in c:
+            config[c] = st.column_config.NumberColumn(label, width=width, help=text, format="%.2f×")
+        elif c == "worst seed":
+            config[c] = st.column_config.NumberColumn(label, width=width, help=text, format="%d")
+        else:
+            config[c] = st.column_config.TextColumn(label, width=width, help=text)
+    return config

@@ -227,6 +227,9 @@ def cmd_run(args) -> int:
         raise UsageError("--workers is for the local backend; Ray places its tasks itself (drop --workers).")
     device = device_of(args)
     store = open_store(args, study_root(results_dir(args), args.preset))  # the GPU study: a folder of its own
+    from engine.experiments.runs import check_study_precision  # one precision a study, before any training
+
+    check_study_precision(store, args.preset, [cfg for m in modules for cfg, _ in m.trainings(args.preset, tasks)])
     if args.backend != "ray":  # every training of every experiment asked for, before the first one starts
         units = [(cfg, seeds_for(name, args.preset, cfg, seeds))
                  for name in names for cfg, _ in REGISTRY[name].trainings(args.preset, tasks)]  # fmt: skip

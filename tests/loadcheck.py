@@ -7,13 +7,13 @@ accuracy page, against a fresh `loopscope dashboard` on 127.0.0.1 (read-only, as
     python tests/loadcheck.py --no-browser # the server alone: each visitor a protocol client, as if its browser were
                                           # on the visitor's own machine
 
-Per N it reports, over the sessions: time to the overview's first claim card and to the accuracy page's first
-drawn chart (p50, p95, max; from the session's start, so queueing counts), how many sessions drew their chart
-within --timeout, the server's CPU seconds and its peak RSS (the Streamlit process; not the verdicts' warm-up
-beside it). Before the load it measures the server CPU of one accuracy-page view: cold (the server's first),
-repeated by the same visitor (a new tab) and by a new one (a new browser context), then that visitor's overview
-twice (its first view by this visitor, and a repeat). Each N gets a fresh server. The browser's CPU is that of
-Chromium's processes (and Playwright's driver), the server's left out.
+Per N it reports, over the sessions: time to the overview's verdict matrix (its "card": `table.verdicts`) and to the
+accuracy page's first drawn chart (p50, p95, max; from the session's start, so queueing counts), how many sessions
+drew their chart within --timeout, the server's CPU seconds and its peak RSS (the Streamlit process; not the
+verdicts' warm-up beside it). Before the load it measures the server CPU of one accuracy-page view: cold (the
+server's first), repeated by the same visitor (a new tab) and by a new one (a new browser context), then that
+visitor's overview twice (its first view by this visitor, and a repeat). Each N gets a fresh server. The browser's
+CPU is that of Chromium's processes (and Playwright's driver), the server's left out.
 
 `--floor` serves tests/load_floor.py instead (nothing of loopscope: Streamlit's front end and one small chart), so the
 table says what any Streamlit app costs per visitor on this machine, the floor under the dashboard's numbers. `--url`
@@ -21,7 +21,7 @@ drives a dashboard that is already running (server CPU and RSS then unknown): wi
 the browsers on another, the visitors' CPUs are theirs, as a hosted dashboard's are. `--no-browser` measures that
 case on one machine: each session speaks Streamlit's own protocol (a websocket, the messages a browser sends: run
 the overview, then the accuracy page, as a click in the sidebar does) and times the messages that carry the
-overview's first "Paper:" card and the accuracy page's first chart; what the visitor's browser then spends drawing
+overview's verdict matrix and the accuracy page's first chart; what the visitor's browser then spends drawing
 them (about 1.5-2 s of its CPU per page here, dev/LOG.md) is not in these times.
 
 Bounded: at most 32 sessions, every wait has a timeout, the server listens on 127.0.0.1 only and is stopped at the
@@ -47,6 +47,8 @@ sys.path.insert(0, str(REPO))
 from dashboard.serve import wait_until_healthy  # noqa: E402
 
 MAX_SESSIONS = 32
+MATRIX_HTML = 'class="verdicts"'  # the overview's first element a visitor reads (dashboard.matrix.matrix_html)
+MATRIX = "table.verdicts"
 CHART_DRAWN = (
     "() => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')].some(c => [...c.querySelectorAll("
     "'canvas, svg.marks')].some(e => e.getBoundingClientRect().width > 100 && e.getBoundingClientRect().height > 50))"
@@ -181,7 +183,7 @@ class Remote:
 
 
 async def session(browser, url: str, timeout_s: float) -> dict:
-    """One visitor: the overview until its first claim card, then the accuracy page until its first chart."""
+    """One visitor: the overview until its verdict matrix, then the accuracy page until its first chart."""
     context = await browser.new_context(viewport={"width": 1400, "height": 1400})
     page = await context.new_page()
     start, out = time.monotonic(), {"card_s": None, "chart_s": None}
@@ -191,7 +193,7 @@ async def session(browser, url: str, timeout_s: float) -> dict:
 
     try:
         await page.goto(url, timeout=left_ms())
-        await page.get_by_text("Paper:", exact=True).first.wait_for(timeout=left_ms())
+        await page.locator(MATRIX).first.wait_for(timeout=left_ms())
         out["card_s"] = time.monotonic() - start
         await page.goto(f"{url}/accuracy", timeout=left_ms())
         await page.wait_for_function(CHART_DRAWN, timeout=left_ms(), polling=100)
@@ -228,7 +230,7 @@ async def protocol_session(url: str, timeout_s: float) -> dict:
                     if kind == "delta" and forward.delta.WhichOneof("type") == "new_element":
                         element = forward.delta.new_element
                         found = element.WhichOneof("type")
-                        first = "Paper:" in element.markdown.body if field == "card_s" else found == "vega_lite_chart"
+                        first = MATRIX_HTML in element.html.body if field == "card_s" else found == "vega_lite_chart"
                         if first and out[field] is None:
                             out[field] = time.monotonic() - start
 
@@ -241,14 +243,14 @@ async def protocol_session(url: str, timeout_s: float) -> dict:
 
 async def one_view(context, url: str, server: Server, timeout_s: float, path: str = "accuracy") -> float:
     """Server CPU seconds spent on one view of a page in a new tab of this browser context (the accuracy page: its
-    first chart drawn; the overview (path ""): its first claim card; its run ended, then 2 s for the rest)."""
+    first chart drawn; the overview (path ""): its verdict matrix; its run ended, then 2 s for the rest)."""
     page = await context.new_page()
     before = server.cpu()
     await page.goto(f"{url}/{path}", timeout=timeout_s * 1000)
     if path:
         await page.wait_for_function(CHART_DRAWN, timeout=timeout_s * 1000, polling=100)
     else:
-        await page.get_by_text("Paper:", exact=True).first.wait_for(timeout=timeout_s * 1000)
+        await page.locator(MATRIX).first.wait_for(timeout=timeout_s * 1000)
     await page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=30_000)
     await asyncio.sleep(2)
     used = server.cpu() - before

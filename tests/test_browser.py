@@ -73,19 +73,22 @@ def shots(tmp_path_factory) -> Path:
     print(f"\nscreenshots: {folder}")
 
 
-def streamlit_server(results: Path, tmp_path_factory):
-    """`streamlit run dashboard/app.py` on 127.0.0.1 over `results` (a generator for module fixtures): yields its
-    base URL once /_stcore/health answers, stops it afterwards."""
+def streamlit_server(results: Path, tmp_path_factory, serve: bool = False):
+    """`streamlit run dashboard/app.py` (serve: `python -m dashboard.serve`, the project's server) on 127.0.0.1 over
+    `results` (a generator for module fixtures): yields its base URL once /_stcore/health answers, stops it after."""
     port = free_port()
     log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "w")  # noqa: SIM115 (closed below)
-    command = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true"]
-    command += ["--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
+    command = (
+        [sys.executable, "-m", "dashboard.serve"] if serve else [sys.executable, "-m", "streamlit", "run", str(APP)]
+    )
+    command += ["--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1"]
+    command += ["--browser.gatherUsageStats", "false"]
     env = dict(os.environ, LOOPSCOPE_RESULTS=str(results), LOOPSCOPE_CACHE=str(tmp_path_factory.mktemp("cache")))
-    proc = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=log, cwd=APP.parents[1])
     url = f"http://127.0.0.1:{port}"
     try:
-        if not wait_until_healthy(url, lambda: proc.poll() is None, 60):
-            raise RuntimeError(f"streamlit did not start; see {log.name}")
+        if not wait_until_healthy(url, lambda: proc.poll() is None, 120):
+            raise RuntimeError(f"the dashboard did not start; see {log.name}")
         yield url
     finally:
         proc.terminate()
@@ -189,11 +192,13 @@ def test_overview_first_render_deep_link_study_switch_and_report(server, browser
     start = time.monotonic()  # a new server imports and computes everything here: on a shared VM that can be slow
     page = open_page(browser, f"{server}/?study=smoke", "loopscope: does depth stay reusable?", first_timeout_s=600)
     title = time.monotonic() - start
-    page.get_by_text("E2 (a) · parity").wait_for(timeout=600_000)
+    matrix = page.locator("table.verdicts")
+    matrix.get_by_text("E2 (a)", exact=False).first.wait_for(timeout=600_000)
     first_card = time.monotonic() - start
-    page.get_by_text(re.compile(r"^E4 · looped vs stacked \(matched\) · parity")).wait_for()
+    matrix.locator("tr", has_text="E4 at matched overshoot").wait_for()
     (shots / "timings.json").write_text(json.dumps({"overview_title_s": title, "overview_first_card_s": first_card}))
-    assert page.get_by_text("paired: ", exact=False).count() >= 4  # both analyses on each verdict-rule card
+    assert matrix.locator("tbody tr").count() >= 10  # one row per claim, E2 to E5
+    assert matrix.locator("td.parity a").count() >= 8  # each judged parity cell opens its page
     keep(page, shots, "overview-smoke")
     studies = page.get_by_role("combobox", name=re.compile("^study"))
     if (SHIPPED / "e2-cpu-1layer.parquet").exists():
@@ -208,8 +213,7 @@ def test_overview_first_render_deep_link_study_switch_and_report(server, browser
         page.get_by_role("button", name="Download report").click()
     assert Path(done.value.path()).read_text().startswith("<!DOCTYPE html>")
     study = studies.input_value()
-    link = "xpath=//*[contains(text(), 'E2 (a) · parity')]/following::a[contains(., 'Accuracy vs depth')][1]"
-    page.locator(link).click()  # a card's own link keeps the study and the task
+    page.locator("table.verdicts tr", has_text="E2 (a)").locator("td.parity a").click()  # keeps study and task
     page.get_by_role("heading", name="Accuracy vs depth", exact=True).wait_for()
     figures(page, 3)
     assert page.get_by_role("combobox", name=re.compile("^study")).input_value() == study

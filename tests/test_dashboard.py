@@ -561,11 +561,11 @@ def test_overview_cards_are_the_engine_claims(monkeypatch):
 
 @needs_shipped
 def test_refit_default_view_draws_the_engine_summary(monkeypatch):
-    """E3's default view (chain, recovery, in-range mean, n = T) is e3.summarize's, the figure the claims read."""
+    """E3's default view (parity, recovery, in-range mean, n = T) is e3.summarize's, the figure the claims read."""
     at = render(monkeypatch, SHIPPED, "refit", preset=SHIPPED_PRESET)
     task, n = at.selectbox(key="task").value, at.selectbox(key="n").value
     assert (task, n, at.selectbox(key="metric").value, at.selectbox(key="difficulty").value) == (
-        "chain", 4, "recovery", "in-range mean"
+        "parity", 4, "recovery", "in-range mean"
     )  # fmt: skip
     summary = e3.summarize(shipped("e3"), SHIPPED_PRESET)
     curve = summary[(summary["task"] == task) & (summary["eval_loops"] == n)]
@@ -578,7 +578,7 @@ def test_refit_default_view_draws_the_engine_summary(monkeypatch):
     head = at.dataframe[0].value.set_index("refit_target").loc["head"]
     assert f"recovery {head['mean']:.3f} [{head['ci_low']:.3f}, {head['ci_high']:.3f}]" in next(
         c.measured for c in e3.claims(shipped("e3"), SHIPPED_PRESET) if (c.task, c.claim, c.level) == (task, "a", HELD)
-    )  # the overview card's figure: recovery 0.750 for the shipped results
+    )  # the overview card's figure
     drawn = layer_records(charts_on(at)[0], "mean").rename(columns={"series": "refit_target"})
     expected = curve.assign(key=curve["refit_target"] + "@" + curve["refit_steps"].astype(str))
     assert_same(drawn.assign(key=drawn["refit_target"] + "@" + drawn["refit_steps"].astype(str)), expected, "key",
@@ -700,7 +700,7 @@ def test_runs_page_with_a_zero_final_loss_says_linear_scale(monkeypatch, results
         path.write_text(json.dumps(manifest))
     at = render(monkeypatch, root, "runs")
     assert not at.error
-    assert [m.value for m in at.metric if m.label == "final loss"] == ["0"]
+    assert [m.value for m in at.metric if m.label == "final loss"] == ["0 exactly"]
     assert any("one seed; linear scale (a loss of exactly 0" in c.value for c in at.caption)
     loss = next(spec for spec in charts_on(at) if spec.get("name") == "loss")
     assert loss["encoding"]["y"]["scale"]["type"] == "linear"

@@ -235,3 +235,97 @@ def test_the_report_labels_the_demonstration_and_draws_claim_d_on_norm_and_token
     assert spec["datasets"][layer(spec, "reference")["data"]["name"]][0]["y"] == 0.0  # the paper's 0.000 at T
     titles = [t for t, _, _ in report.e2_figures(pd.read_parquet(SHIPPED / "e2-cpu.parquet"), "cpu")]
     assert "E2 (d) · parity: state norm per step" in titles and "E2 (d) · parity: top-token share per step" in titles
+
+
+def mark_type(lay: dict) -> str:
+    return lay["mark"] if isinstance(lay["mark"], str) else lay["mark"]["type"]
+
+
+def rows_of(spec: dict, lay: dict) -> list[dict]:
+    """The rows a layer draws (its own dataset, else the chart's)."""
+    return spec["datasets"][(lay.get("data") or spec["data"])["name"]]
+
+
+@needs_shipped
+def test_e3s_reference_levels_are_named_in_the_legend_not_on_the_curves(monkeypatch):
+    """E3's black rules (the paper's full recovery at 1.0, a third, none) are named in a legend under the plot: no
+    text on the plot, where the refit curves reaching full recovery ran over "paper: head + last layer"."""
+    from tests.test_dashboard import charts_on
+
+    at = render(monkeypatch, SHIPPED, "refit")
+    assert at.selectbox(key="metric").value == "recovery"
+    spec = charts_on(at)[0]
+    texts = [lay for lay in spec["layer"] if mark_type(lay) == "text"]
+    assert not [lay for lay in texts if any("paper:" in str(r.get("label")) for r in rows_of(spec, lay))]
+    dash = layer(spec, "reference-level")["encoding"]["strokeDash"]
+    assert dash["field"] == "label" and dash["legend"] is not None
+    assert "paper: head + last layer, full recovery" in dash["scale"]["domain"]
+    assert any("Black rules, named in the legend" in c.value for c in at.caption)
+
+
+@needs_shipped
+def test_the_ladders_y_domain_holds_every_ci_bound(monkeypatch):
+    """E5's ladder (and the rescale recovery per rung): every CI bound inside the y domain, with room (a bound on the
+    frame reads as cut), every rung and the paper's rule inside the x domain; the PNG export draws the same spec."""
+    from dashboard import charts
+    from tests.test_dashboard import charts_on
+
+    at = render(monkeypatch, SHIPPED, "agreement", preset="cpu", level="hardest held-out")
+    ladders = [spec for spec in charts_on(at) if "ci" in {lay.get("name") for lay in spec["layer"]}]
+    assert len(ladders) == 2  # the surgery's damage per rung, the rescale's recovery per rung
+    for spec in ladders:
+        drawn = rows_of(spec, layer(spec, "ci"))
+        low, high = min(r["ci_low"] for r in drawn), max(r["ci_high"] for r in drawn)
+        domains = [
+            lay["encoding"]["y"]["scale"]["domain"] for lay in spec["layer"] if "field" in lay["encoding"].get("y", {})
+        ]
+        assert len(domains) == len(spec["layer"]) - 2 and all(d == domains[0] for d in domains)  # less the paper's two
+        y0, y1 = domains[0]
+        assert y0 < min(low, 0) and y1 > high, (domains[0], low, high)
+        x0, x1 = layer(spec, "ci")["encoding"]["x"]["scale"]["domain"]
+        assert x0 < min(r["params"] for r in drawn) and x1 > max(r["params"] for r in drawn)
+    assert max(r["ci_high"] for r in rows_of(ladders[0], layer(ladders[0], "ci"))) > 0.5  # the case that was cut
+    import pandas as pd
+
+    points = pd.DataFrame({"series": ["n = 4 (T)"] * 2, "params": [1e4, 1e6], "steps": ["2000"] * 2,
+                           "mean": [0.55, 0.2], "ci_low": [0.4, -0.1], "ci_high": [0.71, 0.3],
+                           "n": [4, 4]})  # fmt: skip
+    exported = spec_of(charts.titled(charts.ladder_chart(points, 19e6), "title"))
+    y0, y1 = layer(exported, "ci")["encoding"]["y"]["scale"]["domain"]
+    assert y0 < -0.1 and y1 > 0.71
+
+
+@needs_shipped
+def test_the_norm_ratio_table_shows_every_column_in_its_half_of_the_page(monkeypatch):
+    """The state-norm growth table and the top-token table sit in half-page columns: at 1400 px about 460 px (both
+    scrolled sideways before, 651 and 689 px wide in Chromium). Every column has a width and together they fit
+    (views.HALF_PAGE_PX), so none is cut or hidden behind a horizontal scroll."""
+    from dashboard import views
+
+    at = render(monkeypatch, SHIPPED, "norms")
+    (ratios,) = [d for d in at.dataframe if "worst seed max/min" in d.value.columns]
+    (tokens,) = [d for d in at.dataframe if "norm->none" in d.value.columns]  # the top tokens: a column per mode
+    for table in (ratios, tokens):
+        config = json.loads(table.proto.columns)
+        widths = {c: config.get(c, {}).get("width") for c in table.value.columns}
+        assert all(isinstance(w, int) for w in widths.values()), widths
+        assert sum(widths.values()) <= views.HALF_PAGE_PX < 460, widths
+    labels = [json.loads(ratios.proto.columns)[c]["label"] for c in ratios.value.columns]
+    assert max(len(label) for label in labels) <= 8, labels  # short headings: the caption says what they are
+    assert list(tokens.value["n"]) == list(range(1, 13))  # a row per step n: 12 steps never widen the table
+
+
+@needs_shipped
+def test_streamlits_untitled_chart_png_is_hidden(monkeypatch):
+    """Streamlit's chart toolbar offers an untitled "Download as PNG" beside each figure's titled export: the app's
+    style block hides it, by the label Streamlit's installed frontend gives that button."""
+    import streamlit
+
+    at = render(monkeypatch, SHIPPED, "runs")
+    styles = " ".join(h.proto.body for h in at.get("html") if "<style>" in h.proto.body)
+    hide = re.search(r'\[data-testid=stElementToolbar\] button\[aria-label\^="([^"]+)"\] \{ display: none', styles)
+    assert hide, styles
+    bundle = Path(streamlit.__file__).parent / "static" / "static" / "js"
+    chart = " ".join(p.read_text(errors="ignore") for p in bundle.glob("ArrowVegaLiteChart.*.js"))
+    toolbar = " ".join(p.read_text(errors="ignore") for p in bundle.glob("Toolbar.*.js"))
+    assert f"label:`{hide.group(1)}`" in chart and "stElementToolbar`" in toolbar

@@ -39,7 +39,10 @@ def test_activations_scale_with_members_and_batch():
     cfg = preset("cpu", "parity")
     one, four = memory.estimate(cfg, 1, "cpu"), memory.estimate(cfg, 4, "cpu")
     assert four.activation_bytes == pytest.approx(4 * one.activation_bytes, rel=1e-6)
-    assert four.state_bytes == 4 * one.state_bytes == 4 * 16 * cfg.model.n_params
+    assert four.state_bytes == 4 * one.state_bytes == 4 * (16 + memory.CPU_OPTIMIZER_BYTES) * cfg.model.n_params
+    assert memory.estimate(cfg, 1, "cuda").state_bytes == 16 * cfg.model.n_params  # the fused kernel: no temporaries
+    saving = memory.estimate(cfg, 1, "cpu", checkpointed=True).state_bytes - one.state_bytes
+    assert saving == memory.CPU_CHECKPOINT_BYTES * cfg.model.n_params
 
 
 @pytest.mark.slow

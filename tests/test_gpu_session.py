@@ -114,7 +114,8 @@ def test_a_norm_piece_that_cannot_fit_its_refits_returns_e2s_rows_and_the_e3_pie
     fast = Rates("test", {4: 0.001, 16: 0.004}, 0.0, 0.001, 0.001)
     assert gpu_study.run("e3", SMOKE, second, "cpu", 300, 450, tmp_path / "out2", fast) == 0
     summary = json.loads((tmp_path / "out2" / "gpu-study-e3.json").read_text())
-    assert all("bit for bit" in why for why in summary["restored"].values())
+    restored = summary["restored"]  # the seed that kept its weights says so; each weightless one came back bit for bit
+    assert all("bit for bit" in restored[k] for k in keys[1:]), restored
     assert not e3.missing_refits(keys, e3.refit_config(SMOKE), store)
 
 

@@ -33,7 +33,7 @@ def test_four_sessions_at_once_each_draw_their_first_chart():
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no {CHROMIUM} (apt-get install -y chromium)")
 def test_the_floor_is_the_same_session_against_a_bare_streamlit_app():
-    """--floor: tests/load_floor.py answers the session the load check drives (a "Paper:" card, then a chart on
+    """--floor: tests/load_floor.py answers the session the load check drives (a verdict matrix, then a chart on
     /accuracy), and the browser's CPU is counted without the server's."""
     pytest.importorskip("playwright")
     record = asyncio.run(load_check().measure(1, REPO / "cached_results", timeout_s=50, views=False, floor=True))
@@ -44,7 +44,7 @@ def test_the_floor_is_the_same_session_against_a_bare_streamlit_app():
 
 def test_without_browsers_each_session_gets_the_card_and_the_chart_messages():
     """--no-browser: protocol clients (Streamlit's websocket) stand in for browsers on other machines; each gets the
-    overview's "Paper:" card and then the accuracy page's chart, on a server whose CPU is still measured."""
+    overview's verdict matrix and then the accuracy page's chart, on a server whose CPU is still measured."""
     record = asyncio.run(load_check().measure(2, REPO / "cached_results", timeout_s=60, views=False, browsers=False))
     assert record["cards"] == 2 and record["charts"] == 2, record
     assert record["card_max_s"] < record["chart_max_s"] <= 60 and record["server_cpu_s"] > 0

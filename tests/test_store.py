@@ -180,3 +180,24 @@ def test_rows_added_after_training_record_their_own_provenance(store):
         k: v for k, v in trained.items() if k != "files"
     }  # the training's provenance is kept as it was
     assert store.status(key) == "ok"
+
+
+def test_a_safetensors_file_written_tensor_by_tensor_reads_back_as_written(tmp_path):
+    """write_safetensors (checkpoints: no whole-file copy in memory) against safetensors' own reader."""
+    from safetensors import safe_open
+
+    from engine.core.store import write_safetensors
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {"w": torch.randn(3, 5, generator=g), "b": torch.randn(7, generator=g).to(torch.bfloat16),
+               "step": torch.tensor(12, dtype=torch.int64), "mask": torch.tensor([True, False, True]),
+               "state": torch.randint(0, 255, (9,), dtype=torch.uint8, generator=g), "empty": torch.zeros(0),
+               "strided": torch.randn(4, 6, generator=g)[:, ::2]}  # fmt: skip
+    path = tmp_path / "x.safetensors"
+    write_safetensors(path, tensors, metadata={"loopscope": '{"step": 3}'})
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata() == {"loopscope": '{"step": 3}'} and set(f.keys()) == set(tensors)
+        for name, t in tensors.items():
+            back = f.get_tensor(name)
+            assert back.dtype == t.dtype and back.shape == t.shape and torch.equal(back, t), name
+    assert [p.name for p in tmp_path.iterdir()] == ["x.safetensors"]  # no temporary left

@@ -466,21 +466,7 @@ def test_a_value_from_the_url_is_shown_as_text_not_markdown(monkeypatch, tmp_pat
 
 # ---------------------------------------------------------------- the memory estimate on the CPU
 
-PEAK = """
-import json, sys
-from dataclasses import replace
-from engine.core.memory import estimate
-from engine.core.presets import preset
-from engine.experiments.runs import train_and_evaluate
-cfg = preset("smoke", "parity", "norm")
-model, task, train = json.loads(sys.argv[1])
-cfg = replace(cfg, model=replace(cfg.model, **model), task=replace(cfg.task, **task),
-              train=replace(cfg.train, **train, steps=2, warmup_steps=1, group_size=1))
-train_and_evaluate(cfg, [0], "e2", "cpu", progress=False)
-status = open("/proc/self/status").read()
-peak = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:"))
-print(estimate(cfg, 1, "cpu").peak_bytes, peak)
-"""
+PEAK = REPO / "tests" / "memory_peak.py"  # one case: prints the estimate and the peak RSS
 
 
 @pytest.mark.parametrize("change", [
@@ -488,11 +474,9 @@ print(estimate(cfg, 1, "cpu").peak_bytes, peak)
     ({}, {"eval_examples": 100_000}, {}),
 ])  # fmt: skip
 def test_the_memory_estimate_is_at_least_the_measured_peak_on_the_cpu(change):
-    """One process per case, its peak RSS (VmHWM: the high-water mark of its own memory since it started, evaluation
-    included; ru_maxrss would carry the forking test process's, which the kernel keeps across exec) against the
-    estimate."""
-    done = subprocess.run([sys.executable, "-c", PEAK, json.dumps(change)], cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)  # fmt: skip
+    """One process per case, its peak RSS (VmHWM, evaluation included) against the estimate."""
+    done = subprocess.run([sys.executable, str(PEAK), "--change", json.dumps(change)], cwd=REPO, capture_output=True,
+                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     estimated, measured = map(int, done.stdout.split()[-2:])
     assert estimated >= measured, f"estimate {estimated / 2**20:.0f} MiB < peak RSS {measured / 2**20:.0f} MiB"

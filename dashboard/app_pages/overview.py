@@ -77,6 +77,7 @@ LEGEND = (
     "unpaired analysis and the paired one agree, one each where they differ; *hardest:* where the hardest held-out "
     "difficulty reads otherwise. Each cell opens its page; every card is below."
 )
+NO_HELDOUT = " This study has no held-out items: its in-range items stand in for the held-out levels."
 STUDY_NOTES = {
     "cpu-1layer": "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
     "training (no held-out split: judged by the second design's rules, its in-range items standing in for held-out "
@@ -331,7 +332,8 @@ if study:
         with st.spinner("Reading the verdicts…"):
             found = matrix.rows(study)
         st.html(matrix.matrix_html(found, study))
-        st.caption(LEGEND)
+        stand_in = "no held-out items" in results.claims("e2", study)["scale"]  # the first design (cpu-1layer)
+        st.caption(LEGEND + (NO_HELDOUT if stand_in else ""))
     with right:
         headline_figure(study)
     study_note(study)

@@ -86,9 +86,14 @@ chart = charts.curves(
     y_domain=None if metric == "recovery" else (0.0, 1.0),
     legend_title="refit target",
 )
+rules = {  # the black rules, named in the legend under the plot (no text on the plot, where the curves run)
+    "recovery": "the paper's reported levels (references, not measurements) and no recovery (0). ",
+    "accuracy": "the original model's accuracy in norm mode (the level a refit would restore). ",
+}
 what = (
-    f"{task}, n = {n}, {label}. Black rules: the paper's reported levels (references, not measurements). "
-    "Recovery is NaN for a seed whose accuracy fell by less than "
+    f"{task}, n = {n}, {label}. "
+    + (f"Black rules, named in the legend: {rules[metric]}" if references is not None else "")
+    + "Recovery is NaN for a seed whose accuracy fell by less than "
     f"{paper.MIN_REFIT_GAP} without the norm (nothing to recover): such seeds are left out (`n_guarded`). "
 )
 caption = charts.point_caption(stats, charts.CHANCE if metric == "accuracy" else None, what)  # guarded seeds vary

@@ -133,12 +133,11 @@ def show_job(job: jobs.Job) -> None:
             return
         if job.total:
             loss = f" · loss {job.loss:.4f}" if job.loss is not None else ""
-            # the worker times training steps only: its estimate says so, never passed off as the whole job's
-            eta = (f" · training about {math.ceil(job.eta_s)} s more, then evaluation (not in this estimate)"
-                   if job.active and job.eta_s is not None else "")  # fmt: skip
-            st.progress(min(1.0, job.step / job.total), text=f"step {job.step} of {job.total}{loss}{eta}")
+            stage = f"{job.stage}: " if job.stage else ""
+            text = f"{stage}step {job.step} of {job.total}{loss}{time_left(job)}"
+            st.progress(min(1.0, job.step / job.total), text=text)
         resumed = f" (started {job.launches} times: resumed)" if job.launches > 1 else ""
-        st.caption(redact(job.message) + resumed)
+        st.caption(redact(job.message) + resumed + ("" if job.total else time_left(job)))
         if job.state == "done":
             result_links(job)
         elif job.state in ("failed", "lost") and not jobs.read_only():  # a read-only copy: the message only
@@ -155,6 +154,24 @@ def show_job(job: jobs.Job) -> None:
                 "Resume", key=f"resume-{job.job_id}", on_click=resume, args=(job.job_id,), icon=":material/replay:",
                 help="Submit this job's own spec again: it continues from its last checkpoint.",
             )  # fmt: skip
+
+
+def duration(seconds: float) -> str:
+    whole = math.ceil(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    minutes = math.ceil(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def time_left(job: jobs.Job) -> str:
+    """The worker's estimate of the whole job (its trainings, the evaluations after them, surgery and refits: what
+    `eta_covers` names), counted down since it was written: the worker writes nothing while it evaluates."""
+    left = job.left_s()
+    if left is None:
+        return ""
+    covers = job.eta_covers or "the whole job"
+    return f" · about {duration(left)} left ({covers})" if left >= 1 else f" · taking longer than estimated ({covers})"
 
 
 def resume(jid: str) -> None:

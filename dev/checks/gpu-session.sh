@@ -21,7 +21,7 @@ for arg in "$@"; do
     rm -rf /tmp/gpu-session-dry-run-results
   fi
 done
-export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$HOME/.cache/loopscope/inductor}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-${HOME:-/tmp}/.cache/loopscope/inductor}
 mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
 { date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null || echo "commit ${LOOPSCOPE_COMMIT:-unknown} (no .git here)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null; } > "$OUT/gpu-session.log"

@@ -1,6 +1,7 @@
 """How much memory a training group needs, known before it runs.
 
-    peak = weights, gradients and AdamW moments (16 bytes per parameter, fp32)
+    peak = weights, gradients and AdamW moments (16 bytes per parameter, fp32; on the CPU 8 more for AdamW's
+           temporaries and 16 more for a checkpointed training's saves and resume)
          + the activations autograd saves for the backward of the longest training step
          + a margin for the backward's transients and the allocator (ACTIVATION_MARGIN)
          + on CUDA, the context and cuBLAS/cuDNN workspaces (CUDA_FIXED)
@@ -40,6 +41,11 @@ ACTIVATION_MARGIN = 1.05
 # and returned (the cpu-1layer preset: 1.2x; a batch of 65,536: 1.3x).
 CPU_FIXED = 0.45 * GIB
 CPU_MARGIN, CPU_MARGIN_SMALL, HEAP_TENSOR = 1.4, 2.2, 128 * 2**10
+# Per parameter on the CPU beyond the 16 bytes of state (dev/LOG.md, 2026-12-06: VmHWM against the estimate):
+# AdamW's multi-tensor (foreach) step makes whole-model temporaries (d_model 2048: 7.3 bytes a parameter over the
+# rest), and a checkpointed training holds more around its saves and its resume (19M, checkpoint every step:
+# 1.95 GiB fresh, 2.44 GiB resumed, where the estimate without this term said 2.17).
+CPU_OPTIMIZER_BYTES, CPU_CHECKPOINT_BYTES = 8, 16
 EVAL_CHUNK = 256  # engine.core.evaluate.step_metrics' chunk: examples in one forward
 
 
@@ -136,8 +142,9 @@ def checkpointed_bytes_per_item(cfg: RunConfig, kind: str) -> tuple[int, int]:
     return per_item, max(0, two - 2 * per_item)
 
 
-def estimate(cfg: RunConfig, members: int, device: str) -> MemoryEstimate:
-    """The peak memory of training `members` seeds of `cfg` on `device` ("cpu" or "cuda")."""
+def estimate(cfg: RunConfig, members: int, device: str, checkpointed: bool = False) -> MemoryEstimate:
+    """The peak memory of training `members` seeds of `cfg` on `device` ("cpu" or "cuda"); checkpointed: the training
+    saves a checkpoint as it goes (and may resume from one)."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
     per_item, per_member, _ = saved_bytes_per_item(replace(cfg, max_eval_loops=1), kind)
     items = members * cfg.train.batch_size
@@ -148,9 +155,10 @@ def estimate(cfg: RunConfig, members: int, device: str) -> MemoryEstimate:
         calls = cfg.model.layers_per_block * cfg.model.trained_loops
         kept_item, kept_member = checkpointed_bytes_per_item(replace(cfg, max_eval_loops=1), kind)
         activations = items * (kept_item + per_item // calls) + max(per_member, kept_member) * members
+    per_param = 16 if kind == "cuda" else 16 + CPU_OPTIMIZER_BYTES + (CPU_CHECKPOINT_BYTES if checkpointed else 0)
     return MemoryEstimate(
         members=members,
-        state_bytes=16 * cfg.model.n_params * members,
+        state_bytes=per_param * cfg.model.n_params * members,
         activation_bytes=int(activations),
         fixed_bytes=int(CUDA_FIXED if kind == "cuda" else CPU_FIXED),
         checkpoint=checkpoint,
@@ -192,9 +200,9 @@ def available(device: str) -> int:
         return 2**63
 
 
-def check_fits(cfg: RunConfig, members: int, device: str) -> MemoryEstimate:
+def check_fits(cfg: RunConfig, members: int, device: str, checkpointed: bool = False) -> MemoryEstimate:
     """The estimate, or ValueError with one sentence if it exceeds what the device has (before any allocation)."""
-    est = estimate(cfg, members, device)
+    est = estimate(cfg, members, device, checkpointed)
     have = available(device)
     if est.peak_bytes > have:
         raise ValueError(

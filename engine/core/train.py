@@ -27,13 +27,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
-from safetensors.torch import save as save_safetensors
 from tqdm.auto import tqdm
 
 from engine.core import tasks
 from engine.core.model import LoopedLM, build
 from engine.core.presets import RunConfig, loop_schedule
-from engine.core.store import atomic_write
+from engine.core.store import write_safetensors
 from engine.errors import UsageError
 
 
@@ -253,25 +252,35 @@ def save_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], done: int, mod
         "param_groups": opt_state["param_groups"],
         "scheduler": sched.state_dict(),
     }
-    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, save_safetensors(tensors, metadata={"loopscope": json.dumps(meta)}))
+    write_safetensors(path, tensors, metadata={"loopscope": json.dumps(meta)})
 
 
 def load_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], model, opt, sched, generators, losses) -> int:
     """Restore a checkpoint of this very config and seed group in place; return its step (0 if none fits)."""
     if not path.is_file():
         return 0
+    copied = False
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads(f.metadata()["loopscope"])
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            names = set(f.keys())
+            if meta["config"] != json.loads(json.dumps(cfg.to_dict())) or meta["seeds"] != list(seeds):
+                return 0  # another run's checkpoint (a hash collision or a hand-copied file): not ours to resume
+            weights = model.state_dict()
+            if {f"model.{k}" for k in weights} != {n for n in names if n.startswith("model.")}:
+                raise KeyError("the checkpoint's weights are not this model's")
+            with torch.no_grad():  # one tensor at a time: no second copy of the weights in memory
+                for k, v in weights.items():
+                    copied = True
+                    v.copy_(f.get_tensor(f"model.{k}"))
+            tensors = {k: f.get_tensor(k) for k in names if not k.startswith("model.")}
     except Exception as e:  # unreadable: train from scratch rather than fail
+        if copied:  # the fresh weights are partly overwritten: starting at 0 would not be this seed's training
+            raise RuntimeError(f"checkpoint {path} broke while it was read ({type(e).__name__}); delete it and "
+                               "run again.") from e  # fmt: skip
         print(f"loopscope: checkpoint {path} is unreadable ({type(e).__name__}); starting at step 0.", file=sys.stderr)
         return 0
-    if meta["config"] != json.loads(json.dumps(cfg.to_dict())) or meta["seeds"] != list(seeds):
-        return 0  # another run's checkpoint (a hash collision or a hand-copied file): not ours to resume
-    model.load_state_dict({k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")})
     state: dict[int, dict] = {}
     for k, v in tensors.items():
         if k.startswith("opt."):
@@ -321,7 +330,7 @@ def train_group(
     from engine.core.memory import GIB, check_fits
 
     device = resolve_device(device)
-    est = check_fits(cfg, len(seeds), device)
+    est = check_fits(cfg, len(seeds), device, checkpoint_path is not None and checkpoint_every > 0)
     if progress:
         print(f"loopscope: {est.sentence(device)}.", file=sys.stderr)
     t0 = time.perf_counter()

@@ -33,7 +33,14 @@ from engine.core.store import ROWS, Store, parquet_bytes, provenance
 from engine.core.tasks import TASK_NAMES
 from engine.experiments import refit as rf
 from engine.experiments import verdicts
-from engine.experiments.runs import REFIT_COLUMNS, ensure_runs, group_id, load_models, refit_store
+from engine.experiments.runs import (
+    REFIT_COLUMNS,
+    check_study_precision,
+    ensure_runs,
+    group_id,
+    load_models,
+    refit_store,
+)
 from engine.experiments.verdicts import IN_RANGE, Claim, plateaued
 
 TITLE = "readout refit"
@@ -169,6 +176,7 @@ def run(
 ) -> pd.DataFrame:  # fmt: skip
     """Refit the norm models of each task (training them first if E2 has not); write the e3 table."""
     cfg = refit_cfg or refit_config(preset_name)
+    check_study_precision(store, preset_name, [run for run, _ in trainings(preset_name, tasks)])
     rows = [refit_runs(run, seeds, store, cfg, device, progress) for run, _ in trainings(preset_name, tasks)]
     rows = pd.concat(rows, ignore_index=True)
     store.write_table(f"e3-{preset_name}", rows)

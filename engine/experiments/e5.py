@@ -169,8 +169,9 @@ def run(
     """Train what is missing, evaluate every model in the run mode it was not trained in, the rescale surgery
     (ensure); write the e5 table and return its rows. With `compute`, only the configs it picks are computed; the
     others add the runs already stored (the GPU study's pieces, and a table rebuilt from a merged store)."""
-    from engine.experiments.runs import collect
+    from engine.experiments.runs import check_study_precision, collect
 
+    check_study_precision(store, preset_name, [cfg for cfg, _ in trainings(preset_name, tasks)])
     frames = []
     for cfg, label in trainings(preset_name, tasks):
         wanted = seeds_for(preset_name, cfg, seeds)

@@ -29,6 +29,7 @@ from engine.core.store import (
     provenance,
 )
 from engine.core.train import train_group
+from engine.errors import UsageError
 
 
 def boundary_label(trained: str, evaluated: str) -> str:
@@ -292,6 +293,54 @@ def collect(store: Store, keys: list[str], experiment: str, labels: Iterable[str
     return rows.assign(experiment=experiment)[[c for c in ROW_COLUMNS if c in rows]]  # older runs: no split
 
 
+def manifest_precision(m: dict) -> str:
+    """A manifest's train.precision (left out of an fp32 config, as in every run made before the option)."""
+    train = (m.get("config") or {}).get("train") if isinstance(m, dict) else None
+    return str(train.get("precision") or "fp32") if isinstance(train, dict) else "fp32"
+
+
+def study_precisions(store: Store, preset_name: str) -> set[str]:
+    """The train.precision of the study `preset_name` in store's folder: every value its experiment tables' runs
+    have in their manifests (a table none of whose runs is stored: fp32, as every table made before the option;
+    a damaged table is skipped, the dashboard's to report and a rerun's to rewrite); empty where it has no table."""
+    from engine.core.store import KEY, MANIFEST
+    from engine.experiments import NAMES
+
+    found: set[str] = set()
+    for name in NAMES:
+        path = store.root / f"{name}-{preset_name}.parquet"
+        if not path.is_file():
+            continue
+        try:
+            keys = pd.read_parquet(path, columns=["run_key"])["run_key"].dropna().unique()
+        except Exception:
+            continue
+        seen = set()
+        for key in (k for k in keys if isinstance(k, str) and KEY.fullmatch(k)):
+            try:
+                seen.add(manifest_precision(json.loads((store.run_dir(key) / MANIFEST).read_text())))
+            except (OSError, ValueError):  # not stored here, or unreadable: Store.status says so where it matters
+                continue
+        found |= seen or {"fp32"}
+    return found
+
+
+def check_study_precision(store: Store, preset_name: str, configs: Iterable[RunConfig]) -> None:
+    """A study's precision is one value: UsageError (one sentence, exit 2) before anything is computed or written
+    where `configs` (a run's trainings) train in another train.precision than the study's tables in store's folder.
+    Every table writer calls it (run_trainings, e3.run, e5.run), and `loopscope run` before any training starts."""
+    asked = {cfg.train.precision for cfg in configs}
+    stored = study_precisions(store, preset_name) if asked else set()
+    if stored and stored != asked:
+        study, run = " and ".join(sorted(stored)), " and ".join(sorted(asked))
+        keep = f", or with --precision {study} to extend it" if len(stored) == 1 else ""
+        a = "an" if run.startswith("fp") else "a"
+        raise UsageError(
+            f"the `{preset_name}` study in {store.root} is {study}; {a} {run} run would mix precisions in one study: "
+            f"run it with --results ANOTHER_FOLDER{keep}."
+        )
+
+
 def run_trainings(
     experiment: str,
     preset_name: str,
@@ -304,6 +353,7 @@ def run_trainings(
 ) -> pd.DataFrame:
     """Train and evaluate what `trainings` lists (config, owning experiment), evaluate the configs `surgery`
     picks in the other mode too, and write the table `<experiment>-<preset>`; return its rows."""
+    check_study_precision(store, preset_name, [cfg for cfg, _ in trainings])
     keys = []
     for cfg, label in trainings:
         got = ensure_runs(cfg, seeds, store, label, device, progress=progress)

@@ -1,6 +1,6 @@
 """Background jobs: a session submits, a worker process runs, every session reads the progress.
 
-    <results>/jobs/<job_id>.json   spec, state, step / total, loss, ETA, message (written atomically)
+    <results>/jobs/<job_id>.json   spec, state, step / total, loss, the whole job's ETA, message (written atomically)
     <results>/jobs/<job_id>.log    the worker's output
     <results>/jobs/.lock           fcntl.flock'ed around every read-modify-write of a job file
     <results>/jobs/ckpt/           training checkpoints; a resubmitted job resumes from them
@@ -165,16 +165,25 @@ class Job:
     step: int = 0
     total: int = 0
     loss: float | None = None
-    eta_s: float | None = None
+    eta_s: float | None = None  # the whole job's seconds left when `updated` was written (Reporter)
     message: str = ""
     pid: int | None = None
     host: str = ""
     launches: int = 0
     updated: float = 0.0
+    stage: str = ""  # "training 2 of 4" (Reporter)
+    eta_covers: str = ""  # what eta_s counts: "training and evaluation", "evaluation", ... (Reporter)
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE
+
+    def left_s(self, now: float | None = None) -> float | None:
+        """The seconds the job has left now: eta_s counted down since it was written (the worker writes nothing
+        while it evaluates), 0 once past it; None when there is no estimate."""
+        if not self.active or self.eta_s is None:
+            return None
+        return max(0.0, self.eta_s - ((time.time() if now is None else now) - self.updated))
 
 
 def jobs_dir(root: Path) -> Path:
@@ -333,25 +342,207 @@ def wait(jid: str, root: Path, timeout_s: float = 600, poll_s: float = 0.2) -> J
     return job
 
 
-# ---------------------------------------------------------------- the worker
+# ---------------------------------------------------------------- the whole job's estimate
+
+# A training step's cost beyond its model FLOPs, per member, in FLOPs of the same time: on the CPU a small model's step
+# is mostly fixed work (data, optimizer, launches). Measured on the development VM, one thread, 2026-12-05: the cpu
+# preset's steps run at 12-14 GFLOP/s, and a smoke step takes 17-28 ms for two members whether it is parity's 55 MFLOP
+# or chain's 154 MFLOP: about 7 ms, or 1e8 FLOPs at that rate, per member and step.
+STEP_OVERHEAD_FLOPS = 1e8
+# A run stored, or loaded and evaluated again (a quarter of it: read into an experiment's table): files written, hashed
+# and read. E2 at the smoke preset, same VM: 0.85 s a run re-evaluated beyond its evaluation, 0.25 s a run read for
+# the table, where a step of its two members (2.6e8 units) took 84 ms: 2.6e9 and 0.8e9 units.
+RUN_OVERHEAD_FLOPS = 2e9
+
+
+@dataclass(frozen=True)
+class Work:
+    """One piece of a job, in the order it runs: a training (`training`: the name it reports under,
+    engine.experiments.runs.train_and_store), an evaluation, or a refit, which report nothing; `units`: its model
+    FLOPs (engine.core.flops), a training step's fixed cost added."""
+
+    units: float
+    kind: str  # training, evaluation or refits
+    training: str = ""
+
+
+def training_name(cfg: RunConfig, group: list[int]) -> str:
+    """The name a training reports its steps under (engine.experiments.runs.train_and_store's `what`)."""
+    return f"train {cfg.task.name} {cfg.model.arch} {cfg.model.boundary}, seeds {group[0]}-{group[-1]}"
+
+
+def training_units(cfg: RunConfig, members: int, steps: int | None = None) -> float:
+    """A training of `members` seeds: its FLOPs, and a step's fixed cost for each member and step."""
+    from engine.core.flops import training_flops
+
+    steps = cfg.train.steps if steps is None else steps
+    return training_flops(cfg, members, steps) + STEP_OVERHEAD_FLOPS * members * steps
+
+
+def eval_units(cfg: RunConfig, members: int, loops: int | None = None) -> float:
+    """An evaluation: its FLOPs, and a step's fixed cost for each forward (a member at a difficulty)."""
+    from engine.core.flops import eval_flops
+
+    forwards = members * len(cfg.task.eval_difficulties)
+    return eval_flops(cfg, members, loops) + STEP_OVERHEAD_FLOPS * forwards
+
+
+def _training(cfg: RunConfig, group: list[int]) -> list[Work]:
+    """A group's training and the evaluation that follows it (runs.train_and_evaluate)."""
+    training = Work(training_units(cfg, len(group)), "training", training_name(cfg, group))
+    return [training, Work(eval_units(cfg, len(group)) + RUN_OVERHEAD_FLOPS * len(group), "evaluation")]
+
+
+def _other_modes(spec: Spec, cfg: RunConfig) -> list[str]:
+    """The labels of the evaluations in another mode that spec's experiment adds to every run of cfg, as its run()
+    does (E2: the norm runs without it; E4: the stacked ones; E5: every run, and the rescale of the norm runs)."""
+    experiment = spec.experiment if isinstance(spec, ExperimentSpec) else ""
+    trained = cfg.model.boundary
+    if experiment == "e2" and trained == "norm" or experiment == "e4" and cfg.model.arch == "stacked":
+        return ["norm->none"]
+    if experiment == "e5":
+        from engine.experiments import e5
+        from engine.experiments.runs import boundary_label
+
+        other = [boundary_label(trained, "none" if trained == "norm" else "norm")]
+        return other + (["norm->rescale"] if e5.rescaled(spec.preset, cfg) else [])
+    return []
+
+
+def _evaluated(store: Store, key: str, label: str, loops: int) -> bool:
+    """Whether stored run `key` has rows of `label` up to n = loops."""
+    try:
+        rows = store.load_rows(key)
+    except Exception:  # damaged or missing: the job evaluates it
+        return False
+    have = rows.loc[rows["boundary"] == label, "eval_loops"]
+    return not have.empty and have.max() >= loops
+
+
+def plan(spec: Spec, store: Store) -> list[Work]:
+    """What job `spec` will compute, in order: each group's training (whole groups, RunConfig.group) and evaluation
+    where a requested run is not stored, the evaluations in another mode its experiment adds (E2, E4, E5), E3's
+    refits, or an evaluation job's evaluation. Stored work is left out, as the job skips it."""
+    from engine.core.flops import refit_flops
+    from engine.experiments import seeds_for
+    from engine.experiments.runs import missing_seeds
+
+    if isinstance(spec, EvalSpec):
+        cfg = RunConfig.from_dict(store.manifest(spec.run_key)["config"])
+        return [Work(eval_units(cfg, 1, spec.loops) + RUN_OVERHEAD_FLOPS, "evaluation")]
+    if isinstance(spec, TrainSpec):
+        units = [(spec.config, list(spec.seeds))]
+    else:
+        units = [(cfg, seeds_for(spec.experiment, spec.preset, cfg, spec.seeds))
+                 for cfg, _ in REGISTRY[spec.experiment].trainings(spec.preset, spec.tasks)]  # fmt: skip
+    out: list[Work] = []
+    for cfg, seeds in units:
+        if isinstance(spec, ExperimentSpec) and spec.experiment == "e3":  # e3.refit_runs: a group's refits
+            from engine.experiments import e3
+            from engine.experiments import refit as rf
+
+            refit = e3.refit_config(spec.preset)
+            targets = rf.distinct_targets(refit.targets, cfg.model.layers_per_block)
+            for group in cfg.groups(seeds):
+                if not e3.missing_refits([cfg.run_key(s) for s in group if s in seeds], refit, store):
+                    continue
+                out += _training(cfg, group) if missing_seeds(cfg, group, store, report=False) else []
+                steps = refit.schedule[-1] * len(targets) * len(group)
+                out.append(Work(refit_flops(cfg, targets, refit.schedule, len(group)) + STEP_OVERHEAD_FLOPS * steps,
+                                "refits"))  # fmt: skip
+            continue
+        new: set[int] = set()
+        for group in cfg.groups(seeds):
+            if missing_seeds(cfg, [s for s in group if s in seeds], store, report=False):
+                out += _training(cfg, group)
+                new |= set(group)
+        for label in _other_modes(spec, cfg):  # one run at a time (runs.extend_eval)
+            for seed in seeds:
+                if seed in new or not _evaluated(store, cfg.run_key(seed), label, cfg.max_eval_loops):
+                    out.append(Work(eval_units(cfg, 1) + RUN_OVERHEAD_FLOPS, "evaluation"))
+    if isinstance(spec, ExperimentSpec) and out:  # its table: every run's rows read and written again
+        out.append(Work(RUN_OVERHEAD_FLOPS / 4 * sum(len(seeds) for _, seeds in units), "evaluation"))
+    return out
+
+
+def stored_rate(spec: Spec, store: Store) -> float | None:
+    """Seconds a unit of work took on this device, as recorded by a stored run of the job (its manifest's training
+    and evaluation walls; an evaluation job: its run's evaluation alone), until the job measures its own."""
+    if isinstance(spec, EvalSpec):
+        keys = [spec.run_key]
+    else:
+        units = [(spec.config, spec.seeds)] if isinstance(spec, TrainSpec) else [
+            (cfg, spec.seeds) for cfg, _ in REGISTRY[spec.experiment].trainings(spec.preset, spec.tasks)]  # fmt: skip
+        keys = [cfg.run_key(s) for cfg, seeds in units for s in seeds]
+    device = resolve_device(spec.device).split(":")[0]
+    for key in keys:
+        try:
+            m = store.manifest(key)
+            if str(m.get("device", "")).split(" ")[0].split(":")[0] != device:
+                continue
+            cfg, members = RunConfig.from_dict(m["config"]), len(m["group"])
+            evaluation = eval_units(cfg, members), float(m["eval_wall_s"])
+            if isinstance(spec, EvalSpec):
+                return evaluation[1] / evaluation[0]
+            units = training_units(cfg, members, cfg.train.steps - int(m.get("resumed_from_step", 0)))
+            return (float(m["wall_time_s"]) + evaluation[1]) / (units + evaluation[0])
+        except Exception:  # not stored, or from before eval_wall_s was recorded: the next one
+            continue
+    return None
+
+
+def covers(work: list[Work]) -> str:
+    """What an estimate over `work` counts, for the Run page: "training and evaluation", "evaluation", ..."""
+    kinds = list(dict.fromkeys(w.kind for w in work))
+    return " and ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
 
 
 class Reporter:
-    """Writes a training's progress to the job file at most twice a second, with an ETA per phase."""
+    """Writes a job's progress to the job file at most twice a second, with the whole job's estimate: the units of
+    its plan not done yet, at the seconds a unit the job has taken since its first training step (evaluations
+    included once they have run), or a stored run's (stored_rate) until it has measured its own."""
 
-    def __init__(self, root: Path, jid: str):
-        self.root, self.jid, self.what, self.t0, self.step0, self.last = root, jid, "", 0.0, 0, 0.0
+    def __init__(self, root: Path, jid: str, work: list[Work] | None = None, prior_s: float | None = None):
+        self.root, self.jid, self.what, self.last = root, jid, "", 0.0
+        self.work, self.prior_s, self.at, self.start = list(work or []), prior_s, -1, None
+        self.units = sum(w.units for w in self.work)
+        self.trainings = [i for i, w in enumerate(self.work) if w.kind == "training"]
+
+    def begin(self) -> None:
+        """The estimate before any step: the stored rate's, if any (a job without training reports nothing else)."""
+        eta = self.units * self.prior_s if self.work and self.prior_s is not None else None
+        _update(self.root, self.jid, eta_s=eta, eta_covers=covers(self.work) if self.work else "")
+
+    def _advance(self, what: str) -> None:
+        """A new training started: the next one of the plan with its name (the ones before it, and their
+        evaluations, are done), else the next training of the plan."""
+        later = [i for i in self.trainings if i > self.at]
+        self.at = next((i for i in later if self.work[i].training == what), later[0] if later else self.at)
 
     def __call__(self, what: str, step: int, total: int, loss: float) -> None:
         now = time.monotonic()
         if what != self.what:
-            self.what, self.t0, self.step0, self.last = what, now, step, 0.0  # a new phase (or resumed at step k)
+            self.what, self.last = what, 0.0
+            self._advance(what)
         if now - self.last < 0.5 and step < total:
             return
         self.last = now
-        eta = (total - step) * (now - self.t0) / (step - self.step0) if step > self.step0 else None
+        done = 0.0
+        if 0 <= self.at < len(self.work) and self.work[self.at].kind == "training":
+            share = min(step, total) / max(total, 1)  # of the training at hand
+            done = sum(w.units for w in self.work[: self.at]) + self.work[self.at].units * share
+            self.start = self.start or (now, done)  # the first report of a training (resumed: at step k)
+        rate = self.prior_s
+        if self.start is not None and done > self.start[1]:
+            rate = (now - self.start[0]) / (done - self.start[1])
+        eta = max(0.0, self.units - done) * rate if self.work and rate is not None else None
+        stage = f"training {self.trainings.index(self.at) + 1} of {len(self.trainings)}" if self.at >= 0 else ""
         loss = loss if math.isfinite(loss) else None  # NaN is not JSON
-        _update(self.root, self.jid, state="running", message=what, step=step, total=total, loss=loss, eta_s=eta)
+        _update(self.root, self.jid, state="running", message=what, step=step, total=total, loss=loss, eta_s=eta,
+                stage=stage)  # fmt: skip
+
+
+# ---------------------------------------------------------------- the worker
 
 
 def execute(spec: Spec, store: Store, report) -> str:
@@ -388,8 +579,15 @@ def work(root: Path, jid: str, spec: Spec | None = None) -> int:
     """Run job jid in this process (the worker)."""
     spec = spec or job_spec(root, jid)
     _update(root, jid, state="running", pid=os.getpid(), host=platform.node(), message="starting")
+    store = Store(root)
+    try:  # an estimate never fails a job: without a plan there is none
+        reporter = Reporter(root, jid, plan(spec, store), stored_rate(spec, store))
+    except Exception as e:
+        print(f"engine.runtime.jobs: no estimate ({type(e).__name__}: {e})", file=sys.stderr)
+        reporter = Reporter(root, jid)
     try:
-        message = execute(spec, Store(root), Reporter(root, jid))
+        reporter.begin()
+        message = execute(spec, store, reporter)
     except Exception as e:  # a known failure in its sentence (engine.errors.explain), else the exception's line
         reason = explain(e) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         _update(root, jid, state="failed", eta_s=None, message=f"failed: {reason}")
