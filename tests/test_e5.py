@@ -326,7 +326,7 @@ def test_run_e5_reruns_from_the_cache_and_leaves_e2_tables_alone(e5_results, mon
     assert set(rows["boundary"]) == {"norm", "none", "norm->none"}  # what E2's table would take of the same runs
 
 
-def test_the_fan_out_trains_what_run_e5_trains(monkeypatch):
+def test_the_fan_out_trains_what_run_e5_trains(monkeypatch, tmp_path):
     """trainings() and seeds_for() are what run() goes through: the ladder's own rungs take the first 4 seeds."""
     from engine.experiments import runs
 
@@ -337,6 +337,8 @@ def test_the_fan_out_trains_what_run_e5_trains(monkeypatch):
     monkeypatch.setattr(runs, "collect", lambda *a, **k: pd.DataFrame({"x": [1]}))
 
     class NoTables:
+        root = tmp_path  # an empty folder: no study here yet, so no precision to keep
+
         def write_table(self, name, rows):
             pass
 

@@ -286,3 +286,29 @@ def test_the_checkpoint_term_counts_what_the_checkpointed_forward_keeps_measured
     calls = cfg.model.layers_per_block * cfg.model.trained_loops
     old_term = calls * seq * cfg.model.d_model * (2 if kind == "cuda" else 4)
     assert per_item > 2 * old_term
+
+
+def test_one_compilation_serves_every_group_size():
+    """Issue 45: a new group size compiled again (parameters' shapes static); now one graph serves 4, 16 and 2
+    members and two sequence lengths (Dynamo's eager backend: the graphs counted without Inductor's minutes)."""
+    import torch._dynamo as dynamo
+    from torch._dynamo.utils import counters
+
+    from engine.core import tasks
+    from engine.core.model import build
+    from engine.core.train import compiled
+
+    cfg = preset("smoke", "parity")
+    dynamo.reset()
+    counters.clear()
+    static = dynamo.config.force_parameter_static_shapes
+    try:
+        for members in (4, 16, 2):
+            model = compiled(build(cfg.model, list(range(members))), backend="eager")
+            for difficulty in (2, 4):
+                x = tasks.sample(cfg.task, difficulty, 8, torch.Generator().manual_seed(0)).tokens
+                model(x.expand(members, *x.shape).contiguous(), 3)
+        assert counters["stats"]["unique_graphs"] == 1
+    finally:
+        dynamo.config.force_parameter_static_shapes = static
+        dynamo.reset()

@@ -328,7 +328,7 @@ def test_offline_push_and_pull_end_in_one_sentence(small_results, tmp_path, monk
 
 
 @pytest.mark.parametrize("experiment", ["e2", "e3", "e4"])
-def test_the_fan_out_trains_what_the_experiment_would(experiment, monkeypatch):
+def test_the_fan_out_trains_what_the_experiment_would(experiment, monkeypatch, tmp_path):
     """The Ray fan-out reads the same list of trainings that the experiment's run() goes through."""
     import pandas as pd
 
@@ -347,6 +347,8 @@ def test_the_fan_out_trains_what_the_experiment_would(experiment, monkeypatch):
         monkeypatch.setattr(module, "refit_runs", lambda run, *a, **k: record(run, [], None, "e2") or pd.DataFrame())
 
     class NoTables:
+        root = tmp_path  # an empty folder: no study here yet, so no precision to keep
+
         def write_table(self, name, rows):
             pass
 

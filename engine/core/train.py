@@ -169,13 +169,17 @@ def compile_wanted(device: str) -> bool:
     return env == "1" if env in ("0", "1") else device == "cuda"
 
 
-def compiled(model: LoopedLM) -> LoopedLM:
+def compiled(model: LoopedLM, backend: str = "inductor") -> LoopedLM:
     """The model with each decoder layer compiled (Inductor fuses its norms, RoPE, SwiGLU and casts): the layers
     share one graph, so one compilation (dynamic shapes: every sequence length and group size) serves every layer
-    and loop step, in seconds rather than the minutes a whole unrolled loop takes. Weights and names unchanged."""
+    and loop step, in seconds rather than the minutes a whole unrolled loop takes. Weights and names unchanged.
+    The group size is the leading dimension of the stacked weights, and Dynamo keeps parameters' shapes static by
+    default: one graph per group size (4, 16, 2 members: 3 graphs). With parameters' shapes dynamic too, one graph
+    serves every group size and width (tests/test_gpu_engine.py, counted with the eager backend)."""
     compile_cache()
+    torch._dynamo.config.force_parameter_static_shapes = False
     for layer in model.layers:
-        layer.compile(dynamic=True)
+        layer.compile(dynamic=True, backend=backend)
     return model
 
 
