@@ -331,6 +331,9 @@ def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -
 
     summary, out = e5.summarize(rows, preset_name), []
     summaries = {preset_name: summary}
+    probing = root is not None and results.probe_open(preset_name, root) is not None
+    if probing:  # the study's own rung is a rejected candidate's probe runs: left out of the figures
+        summaries = {}
     partner = results.ladder_partner(preset_name, root) if root is not None else None
     if partner:
         summaries[partner] = e5.summarize(pd.read_parquet(results.table_path(root, "e5", partner)), partner)
@@ -375,7 +378,7 @@ def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -
         rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
         rescale = rescale[rescale["eval_loops"] >= T].sort_values("eval_loops")
         one_model = len(rescale[["params", "train_steps"]].drop_duplicates()) == 1  # else per rung, above
-        if one_model and rescale["mean"].notna().any():
+        if one_model and rescale["mean"].notna().any() and not probing:
             chart, stats_ = charts.e5_rescale(rescale, T)
             what = f"{task}, {level}, trained `{fixed}`: the rescale surgery's recovery per seed, damaged seeds only. "
             out.append((f"E5 · {task}: rescale surgery recovery ({level})", chart,
@@ -580,6 +583,8 @@ def ladder_rules_html(root: Path, study: str) -> list[str]:
 
     if study not in results.presets("e5", root):
         return []
+    if probing := results.probe_open(study, root):
+        return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>{_esc(probing)}</p>"]
     partner = results.ladder_partner(study, root)
     tables = results.by_device({p: pd.read_parquet(results.table_path(root, "e5", p)) for p in (study, partner) if p})
     rules = ladder.rules(tables.get("cpu"), tables.get("gpu"))

@@ -231,6 +231,31 @@ def scale_of(experiment: str, preset_name: str, rows) -> str:
     return f"`{experiment}-{preset_name}.parquet`: **{preset_name}** preset, {count} ({span}{stand_in})"
 
 
+def probe_open(study: str, root: Path | None = None) -> str | None:
+    """Where a study's recipe probe (engine.runtime.cpu_ladder: <study folder>/recipe-probe.json) has adopted no
+    recipe yet: one sentence saying so, with each candidate's scores; None where it has one or the study has none.
+    Until then the study's own rung is a rejected candidate's probe runs, not the ladder's: its figures leave the
+    rung out and the ladder's rules wait."""
+    folder = OWN_FOLDER.get(study)
+    path = (Path(root) if root is not None else results_root()) / folder / "recipe-probe.json" if folder else None
+    try:
+        probe = json.loads(path.read_text()) if path and path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(probe, dict) or probe.get("adopted") or not isinstance(probe.get("candidates"), dict):
+        return None
+    said = "; ".join(
+        f"{name}: {', '.join(f'{x:.2f}' for x in c.get('scores', []))} ({c.get('outcome', '?')})"
+        for name, c in probe["candidates"].items()
+        if isinstance(c, dict)
+    )
+    return (
+        f"The `{study}` study's recipe probe has adopted no recipe yet (held-out accuracy at n = T per seed: {said}; "
+        f"the rule: {probe.get('rule', '?')}). Its own rung here is a rejected candidate's probe runs, not the "
+        "ladder's: the figures leave it out and the ladder's rules wait for the adopted recipe (docs/gpu-study.md)."
+    )
+
+
 def has_heldout(rows) -> bool:
     """A table of the second design: rows carry `split` and some items are held out."""
     return "split" in rows and bool((rows["split"] == "heldout").any())

@@ -329,3 +329,35 @@ def test_streamlits_untitled_chart_png_is_hidden(monkeypatch):
     chart = " ".join(p.read_text(errors="ignore") for p in bundle.glob("ArrowVegaLiteChart.*.js"))
     toolbar = " ".join(p.read_text(errors="ignore") for p in bundle.glob("Toolbar.*.js"))
     assert f"label:`{hide.group(1)}`" in chart and "stElementToolbar`" in toolbar
+
+
+def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(monkeypatch, tmp_path):
+    """The CPU ladder's study before its recipe probe adopts a recipe: its own 19M rows are a rejected candidate's
+    probe runs. The E5 page and the report say so, draw the ladder without them and show no verdict of the rules;
+    once a recipe is adopted, the rules' table is back."""
+    import shutil
+
+    from dashboard import report
+    from tests.test_dashboard import charts_on, render
+
+    root = tmp_path / "results"
+    shutil.copytree(SHIPPED, root, ignore=shutil.ignore_patterns("runs", "refits", "jobs", "locks"))
+    probe = json.loads((root / "cpu-ladder" / "recipe-probe.json").read_text())
+    if probe.get("adopted"):
+        pytest.skip("the shipped probe has adopted a recipe")
+    at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
+    assert any("adopted no recipe yet" in w.value for w in at.warning)
+    assert not [d for d in at.dataframe if "claim" in d.value.columns]  # no rules table
+
+    def params_drawn(at) -> set:
+        return {row.get("params") for spec in charts_on(at) for rows in (spec.get("datasets") or {}).values()
+                for row in rows}  # fmt: skip
+
+    drawn = params_drawn(at)
+    assert 412_288 in drawn and 19_024_384 not in drawn  # the CPU study's rungs, not the probe's
+    html = "".join(report.ladder_rules_html(root, "cpu-ladder"))
+    assert "adopted no recipe yet" in html and "<table" not in html
+    probe["adopted"] = "R1"
+    (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
+    assert "<table" in "".join(report.ladder_rules_html(root, "cpu-ladder"))
+    assert 19_024_384 in params_drawn(render(monkeypatch, root, "agreement", preset="cpu-ladder"))

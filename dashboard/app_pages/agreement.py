@@ -44,6 +44,9 @@ name = f"e5-{table.preset}-{task}-{level}".replace(" ", "_")
 context = f"E5 · study {table.preset} · {task} · {level}"
 
 verdicts = [c for c in results.claims("e5", table.preset)["claims"] if c["task"] == task and c["level"] == level]
+probing = results.probe_open(table.preset)  # no recipe adopted yet: the study's own rung is a probe's
+if probing:
+    st.warning(probing)
 if verdicts:
     st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
 
@@ -127,8 +130,10 @@ else:
 st.header("3 · Where the surgery bites")
 ladder = s[(s["part"] == "ladder") & s["eval_loops"].isin([T, 3 * T])]
 points = data.rungs(table.preset, task, level)  # this study's ladder and its partner's on the other device
+if probing:  # its own rung left out (the notice above)
+    points = points[points["study"] != table.preset]
 devices = points["device"].nunique()
-if len(ladder[["params", "train_steps"]].drop_duplicates()) < 2 and devices < 2:  # E2's own model alone, one device
+if len(ladder[["params", "train_steps"]].drop_duplicates()) < 2 and devices < 2 and not probing:  # E2's model alone
     at = {int(r.eval_loops): f"{r.mean:+.3f}" for r in ladder.itertuples()}
     own = f" E2's model alone loses {at.get(T, '–')} at T and {at.get(3 * T, '–')} at 3T." if at else ""
     st.info(f"No ladder for {task} in this table (at `cpu` it covers parity only: e5.LADDER_TASKS).{own}")
@@ -143,7 +148,7 @@ else:
     ladder_title = f"Surgery damage against scale · {context}"
     ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
 gpu_ladder = results.device_of(table.preset) == "GPU" or results.ladder_partner(table.preset) is not None
-if task == "parity" and gpu_ladder:  # the GPU study's rules read both devices' ladders (engine.experiments.ladder)
+if task == "parity" and gpu_ladder and not probing:  # the GPU study's rules over both devices' ladders
     st.subheader("The GPU study's rules over both devices")
     st.caption(
         "Written before any GPU run (docs/gpu-study.md, “Predictions and rules”): the slope of per-seed damage "
@@ -158,11 +163,12 @@ st.header("4 · The rescale surgery")
 rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)].sort_values("eval_loops")
 rescale = rescale[rescale["eval_loops"] >= T]
 per_rung = data.rungs(table.preset, task, level, "rescale")  # at T and 3T, every rung of both devices that has it
+per_rung = per_rung[per_rung["study"] != table.preset] if probing else per_rung
 one_model = len(rescale[["params", "train_steps"]].drop_duplicates()) <= 1  # else per rung only (the GPU study)
 nothing = f"No seed lost ≥ {paper.MIN_REFIT_GAP} to the surgery at this level: nothing to recover."
-if one_model and (rescale.empty or rescale["mean"].isna().all()):
+if one_model and not probing and (rescale.empty or rescale["mean"].isna().all()):
     st.info(nothing)
-elif one_model:
+elif one_model and not probing:
     references = None
     if table.preset in results.presets("e3"):
         refit_level = data.e3_levels(data.table("e3", table.preset).rows, "recovery")[0]  # E3's stored mean
@@ -182,7 +188,9 @@ elif one_model:
     caption = charts.point_caption(stats, None, what)  # damaged seeds vary by n
     ui.figure(chart, rescale, f"{name}-rescale", caption, f"Rescale surgery recovery · {context} · trained {fixed}")
 if len(per_rung[["params", "steps", "device"]].drop_duplicates()) < 2:
-    if not one_model:  # a study of rungs alone, none damaged
+    if probing:
+        st.info("Its own rung's rescale is left out while the recipe probe is open (the notice above).")
+    elif not one_model:  # a study of rungs alone, none damaged
         st.info(nothing)
 else:
     per_rung = per_rung if per_rung["device"].nunique() > 1 else per_rung.drop(columns=["device", "study"])

@@ -251,6 +251,8 @@ def study_note(study: str) -> None:
     CUDA and torch, the dtype policy: from the runs' manifests)."""
     if study in STUDY_NOTES:
         st.caption(STUDY_NOTES[study])
+    if probing := results.probe_open(study):
+        st.warning(probing)
     if study in results.OWN_FOLDER and (made := results.study_provenance(results.results_root(), study)):
         st.caption(f"**Provenance** (the runs' manifests): {results.provenance_text(made)}.")
 
