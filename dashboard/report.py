@@ -584,14 +584,16 @@ def ladder_rules_html(root: Path, study: str) -> list[str]:
     if study not in results.presets("e5", root):
         return []
     if probing := results.probe_open(study, root):
-        return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>{_esc(probing)}</p>"]
+        return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>{_md(probing)}</p>"]
+    below_bar = results.recipe_below_bar(study, root)
     partner = results.ladder_partner(study, root)
     tables = results.by_device({p: pd.read_parquet(results.table_path(root, "e5", p)) for p in (study, partner) if p})
     rules = ladder.rules(tables.get("cpu"), tables.get("gpu"))
     return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run "
             "(docs/gpu-study.md, “Predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
-            f"seeds.</p>" + _table_html(["claim", "outcome", "measured"],
-                                        [[r.claim, r.outcome, r.measured] for r in rules])]  # fmt: skip
+            f"seeds.</p>" + (f"<p>{_md(below_bar)}</p>" if below_bar else "")
+            + _table_html(["claim", "outcome", "measured"],
+                          [[r.claim, r.outcome, r.measured] for r in rules])]  # fmt: skip
 
 
 def html(root: Path, preset_name: str | None = None) -> str:

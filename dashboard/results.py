@@ -236,24 +236,60 @@ def probe_open(study: str, root: Path | None = None) -> str | None:
     recipe yet: one sentence saying so, with each candidate's scores; None where it has one or the study has none.
     Until then the study's own rung is a rejected candidate's probe runs, not the ladder's: its figures leave the
     rung out and the ladder's rules wait."""
+    probe = _probe_record(study, root)
+    if probe is None or probe.get("adopted"):
+        return None
+    candidates = [c for c in probe["candidates"].values() if isinstance(c, dict)]
+    below = bool(candidates) and all(c.get("outcome") == "rejected" for c in candidates)
+    return (
+        f"The `{study}` study's recipe probe has adopted no recipe yet (held-out accuracy at n = T per seed: "
+        f"{_probe_scores(probe)}; the rule: {probe.get('rule', '?')}). "
+        + (
+            "No candidate reached the bar, so the study is **recipe below the bar**: the rule adopts the best of them "
+            "by the mean over seeds 0–3, once the seeds the early stop skipped are trained. "
+            if below
+            else ""
+        )
+        + "Its own rung here is a rejected candidate's probe runs, not the ladder's: the figures leave it out and the "
+        "ladder's rules wait for the adopted recipe (docs/gpu-study.md)."
+    )
+
+
+def recipe_below_bar(study: str, root: Path | None = None) -> str | None:
+    """Where a study's recipe probe adopted the best of its candidates because none reached the bar
+    (engine.runtime.cpu_ladder.below_bar): the label every figure of it carries, with each candidate's scores;
+    None elsewhere."""
+    probe = _probe_record(study, root)
+    if probe is None or not probe.get("adopted") or not probe.get("below_bar"):
+        return None
+    return (
+        f"**Recipe below the bar.** No candidate of the `{study}` study's recipe probe reached its bar ("
+        f"{probe.get('rule', '?')}; held-out accuracy at n = T per seed: {_probe_scores(probe)}), so the rule adopted "
+        f"the best of them, {probe['adopted']}, for every rung (docs/gpu-study.md)."
+    )
+
+
+def _probe_record(study: str, root: Path | None) -> dict | None:
+    """A study's recipe-probe.json (engine.runtime.cpu_ladder), None where it has none or it is unreadable."""
     folder = OWN_FOLDER.get(study)
     path = (Path(root) if root is not None else results_root()) / folder / "recipe-probe.json" if folder else None
     try:
         probe = json.loads(path.read_text()) if path and path.is_file() else None
     except (OSError, ValueError):
         return None
-    if not isinstance(probe, dict) or probe.get("adopted") or not isinstance(probe.get("candidates"), dict):
-        return None
-    said = "; ".join(
-        f"{name}: {', '.join(f'{x:.2f}' for x in c.get('scores', []))} ({c.get('outcome', '?')})"
-        for name, c in probe["candidates"].items()
-        if isinstance(c, dict)
-    )
-    return (
-        f"The `{study}` study's recipe probe has adopted no recipe yet (held-out accuracy at n = T per seed: {said}; "
-        f"the rule: {probe.get('rule', '?')}). Its own rung here is a rejected candidate's probe runs, not the "
-        "ladder's: the figures leave it out and the ladder's rules wait for the adopted recipe (docs/gpu-study.md)."
-    )
+    return probe if isinstance(probe, dict) and isinstance(probe.get("candidates"), dict) else None
+
+
+def _probe_scores(probe: dict) -> str:
+    """Each candidate's scores per seed and outcome, with its mean once all four seeds are in."""
+    said = []
+    for name, c in probe["candidates"].items():
+        if not isinstance(c, dict):
+            continue
+        scores = c.get("scores", [])
+        mean = f", mean {sum(scores) / len(scores):.2f}" if len(scores) == 4 else ""
+        said.append(f"{name}: {', '.join(f'{x:.2f}' for x in scores)} ({c.get('outcome', '?')}{mean})")
+    return "; ".join(said)
 
 
 def has_heldout(rows) -> bool:

@@ -14,7 +14,7 @@ from engine.core.presets import CPU_LADDER_RECIPE, cpu_ladder, preset, study_roo
 from engine.core.store import Store, is_weights
 from engine.core.tasks import VOCAB_SIZE
 from engine.experiments import e5
-from engine.experiments.ladder import recipe_outcome
+from engine.experiments.ladder import best_candidate, recipe_outcome
 from engine.runtime import cpu_ladder as cl
 
 
@@ -54,8 +54,11 @@ def tiny(name: str):
 @pytest.mark.slow
 def test_the_probe_stops_a_candidate_once_decided_and_resumes_from_its_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cl, "candidate", tiny)
+    handed = []  # the best of the rejected candidates is below_bar's (its own test below)
+    monkeypatch.setattr(cl, "below_bar", lambda store, names, record: handed.append(names) or record)
     store = Store(study_root(tmp_path, "cpu-ladder"))
     record = cl.probe(store, ["R1", "R2"])  # 20-step models stay near chance: each is rejected after one seed
+    assert handed == [["R1", "R2"]]
     for name in ("R1", "R2"):
         got = record["candidates"][name]
         assert got["outcome"] == "rejected" and len(got["scores"]) == 1, got
@@ -70,6 +73,37 @@ def test_the_probe_stops_a_candidate_once_decided_and_resumes_from_its_cache(tmp
     assert again["candidates"] == record["candidates"]
     assert {k: store.manifest(k) for k in store.run_keys()} == manifests  # nothing recomputed
     assert "cached" in capsys.readouterr().out
+
+
+def test_best_of_the_candidates_once_it_is_certain():
+    assert best_candidate({"R1": [0.9, 0.5]}) == "R1"  # one candidate: the best whatever its seeds
+    assert best_candidate({"R1": [0.92, 0.5], "R2": [0.96, 0.5], "R3": [0.68]}) is None
+    assert best_candidate({"R1": [0.9, 0.5, 0.5, 0.5], "R2": [0.96, 0.5, 0.9, 0.9], "R3": [0.68, 0.5]}) == "R2"
+    assert best_candidate({"R1": [0.9, 0.5, 0.5, 0.5], "R2": [0.96, 0.5, 0.9, 0.9], "R3": [0.68, 0.6]}) is None
+    assert best_candidate({"R1": [0.5] * 4, "R2": [0.5] * 4}) == "R1"  # a tie: the earlier candidate
+    assert best_candidate({"R1": [0.5] * 4, "R2": [0.5] * 3}) is None  # R2's last seed could still pass R1
+    assert best_candidate({"R1": [0.5] * 3, "R2": [0.5] * 4}) is None  # R1's last seed at 0 would lose the tie
+
+
+def test_below_the_bar_trains_the_skipped_seeds_in_order_until_the_best_is_certain(tmp_path, monkeypatch):
+    # the probe's record as the 19M rung left it on 2026-12-06: every candidate rejected by the early stop
+    record = {"candidates": {"R1": {"scores": [0.9215, 0.5], "outcome": "rejected"},
+                             "R2": {"scores": [0.9553, 0.4984], "outcome": "rejected"},
+                             "R3": {"scores": [0.684], "outcome": "rejected"}}, "adopted": None}  # fmt: skip
+    future = {("R1", 2): 0.5, ("R1", 3): 0.5, ("R2", 2): 0.95, ("R2", 3): 0.95, ("R3", 1): 0.5, ("R3", 2): 1.0}
+    by_key = {cl.candidate(n).run_key(s): (n, s) for n, s in future}
+    trained = []
+    monkeypatch.setattr(cl, "piece", lambda cfg, seed, store: trained.append(by_key[cfg.run_key(seed)]))
+    monkeypatch.setattr(cl, "recipe_score", lambda rows: future[rows])
+    store = Store(study_root(tmp_path, "cpu-ladder"))
+    monkeypatch.setattr(store, "load_rows", lambda key: by_key[key])
+    store.root.mkdir(parents=True)
+    out = cl.below_bar(store, ["R1", "R2", "R3"], record)
+    # R3 after seed 1 can reach (0.684 + 0.5 + 2) / 4 = 0.796 at most, R2 has 0.838: decided without R3's seeds 2-3
+    assert trained == [("R1", 2), ("R1", 3), ("R2", 2), ("R2", 3), ("R3", 1)]
+    assert out["adopted"] == "R2" and out["below_bar"] is True
+    assert out["candidates"]["R3"]["scores"] == [0.684, 0.5] and out["candidates"]["R3"]["outcome"] == "rejected"
+    assert json.loads((store.root / cl.PROBE_FILE).read_text()) == out
 
 
 def test_rungs_are_refused_before_the_probe_adopted_the_presets_recipe(tmp_path, capsys):

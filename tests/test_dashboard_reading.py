@@ -357,7 +357,17 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert 412_288 in drawn and 19_024_384 not in drawn  # the CPU study's rungs, not the probe's
     html = "".join(report.ladder_rules_html(root, "cpu-ladder"))
     assert "adopted no recipe yet" in html and "<table" not in html
+    below = all(c["outcome"] == "rejected" for c in probe["candidates"].values())
+    assert ("recipe below the bar" in html) == below  # every candidate rejected: the rule's best of them is pending
     probe["adopted"] = "R1"
     (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
     assert "<table" in "".join(report.ladder_rules_html(root, "cpu-ladder"))
-    assert 19_024_384 in params_drawn(render(monkeypatch, root, "agreement", preset="cpu-ladder"))
+    at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
+    assert 19_024_384 in params_drawn(at) and not at.warning
+    assert not [i for i in at.info if "Recipe below the bar" in i.value]
+    probe["below_bar"] = True  # adopted as the best of candidates that all missed the bar: labelled so
+    (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
+    html = "".join(report.ladder_rules_html(root, "cpu-ladder"))
+    assert "<b>Recipe below the bar.</b>" in html and "<table" in html
+    at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
+    assert [i for i in at.info if "Recipe below the bar" in i.value and "R1, for every rung" in i.value]

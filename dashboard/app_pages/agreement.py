@@ -47,6 +47,8 @@ verdicts = [c for c in results.claims("e5", table.preset)["claims"] if c["task"]
 probing = results.probe_open(table.preset)  # no recipe adopted yet: the study's own rung is a probe's
 if probing:
     st.warning(probing)
+elif below_bar := results.recipe_below_bar(table.preset):
+    st.info(below_bar)
 if verdicts:
     st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
 

@@ -253,6 +253,8 @@ def study_note(study: str) -> None:
         st.caption(STUDY_NOTES[study])
     if probing := results.probe_open(study):
         st.warning(probing)
+    elif below_bar := results.recipe_below_bar(study):
+        st.info(below_bar)
     if study in results.OWN_FOLDER and (made := results.study_provenance(results.results_root(), study)):
         st.caption(f"**Provenance** (the runs' manifests): {results.provenance_text(made)}.")
 

@@ -194,3 +194,18 @@ def recipe_outcome(scores: list[float], seeds: int = LADDER_SEEDS, rule: float =
     if done + (seeds - len(scores)) * 1.0 < rule * seeds:
         return "rejected"
     return "open"
+
+
+def best_candidate(scores: dict[str, list[float]], seeds: int = LADDER_SEEDS) -> str | None:
+    """Where no candidate reaches the bar, the rule adopts the best of them: the highest mean held-out accuracy at
+    n = T over `seeds` seeds (the earlier candidate on a tie). `scores`: each candidate's seeds so far, in the rule's
+    order. The best once it is certain (docs/gpu-study.md, 2026-12-06): its lowest possible mean (every remaining seed
+    at 0) reaches every earlier candidate's highest possible one (every remaining seed at 1.0) and exceeds every later
+    one's; None while it is not."""
+    low = {name: sum(s) / seeds for name, s in scores.items()}
+    high = {name: (sum(s) + seeds - len(s)) / seeds for name, s in scores.items()}
+    names = list(scores)
+    for i, name in enumerate(names):
+        if all(low[name] > high[o] if j < i else low[name] >= high[o] for j, o in enumerate(names) if o != name):
+            return name
+    return None

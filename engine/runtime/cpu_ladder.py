@@ -8,7 +8,9 @@ step is cached: a second run of a finished stage computes nothing.
           every rung is (n = 1..3T as trained, `norm->none`, `norm->rescale`). After each seed the rule is applied to
           the seeds so far (engine.experiments.ladder.recipe_outcome): a candidate is adopted once its mean held-out
           accuracy at n = T over seeds 0-3 is certain to reach 0.95, rejected once it cannot, and the next starts.
-          The outcome is written to <results>/cpu-ladder/recipe-probe.json.
+          If every candidate is rejected, the seeds their early stops skipped are trained until the best of them is
+          certain, and the best is adopted as "recipe below the bar" (below_bar). The outcome is written to
+          <results>/cpu-ladder/recipe-probe.json.
   rungs   the other rungs (1.6M, 5.3M) under the adopted recipe, seeds 0-3, then the e5-cpu-ladder table (E5's
           `loopscope run e5 --preset cpu-ladder --seeds 0-3`). Refused until the probe has adopted the recipe the
           preset trains with (presets.CPU_LADDER_RECIPE).
@@ -32,7 +34,7 @@ from engine.core.presets import CPU_LADDER_RECIPE, GPU_RECIPES, RunConfig, cpu_l
 from engine.core.store import Store, atomic_write, git_state, utc_now
 from engine.errors import UsageError, explain
 from engine.experiments import e5
-from engine.experiments.ladder import RECIPE_RULE, recipe_outcome, recipe_score
+from engine.experiments.ladder import RECIPE_RULE, best_candidate, recipe_outcome, recipe_score
 
 PRESET = "cpu-ladder"
 SEEDS = tuple(range(e5.LADDER_SEEDS))
@@ -89,7 +91,37 @@ def probe(store: Store, names: list[str]) -> dict:
             atomic_write(path, json.dumps(record, indent=1).encode())
             say(f"adopted {name}")
             return record
-    say("no candidate reached the bar: the study is 'recipe below the bar' (gpu-study.md's rule); the best is reported")
+    say(
+        "no candidate reached the bar: the study is 'recipe below the bar' (gpu-study.md's rule); the best of them "
+        "is adopted, once the seeds the early stop skipped make it certain"
+    )
+    return below_bar(store, names, record)
+
+
+def below_bar(store: Store, names: list[str], record: dict) -> dict:
+    """No candidate reached the bar: the rule adopts the best of them by the mean over seeds 0-3. The seeds each
+    candidate's early stop skipped are trained in the rule's order until the best is certain
+    (engine.experiments.ladder.best_candidate; docs/gpu-study.md, 2026-12-06); the record says `below_bar`."""
+    path = store.root / PROBE_FILE
+    scores = {name: list(record["candidates"][name]["scores"]) for name in names}
+    while (best := best_candidate(scores)) is None:
+        name = next(n for n in names if len(scores[n]) < len(SEEDS))
+        cfg, seed = candidate(name), len(scores[name])
+        key = cfg.run_key(seed)
+        say(f"{name} seed {seed} (for the best of three; run {key}): "
+            f"{'cached' if store.status(key) == 'ok' else 'training'}")  # fmt: skip
+        t0 = time.monotonic()
+        piece(cfg, seed, store)
+        scores[name].append(recipe_score(store.load_rows(key)))
+        say(f"{name} seed {seed}: held-out accuracy at T {scores[name][-1]:.4f} ({time.monotonic() - t0:.0f} s); "
+            f"mean so far {sum(scores[name]) / len(scores[name]):.4f} over {len(scores[name])} seeds")  # fmt: skip
+        record["candidates"][name] |= dict(scores=[round(s, 4) for s in scores[name]],
+                                           runs=[cfg.run_key(s) for s in SEEDS[: len(scores[name])]])  # fmt: skip
+        record["updated"] = utc_now()
+        atomic_write(path, json.dumps(record, indent=1).encode())
+    record |= dict(adopted=best, below_bar=True, updated=utc_now())
+    atomic_write(path, json.dumps(record, indent=1).encode())
+    say(f"adopted {best}, the best of {', '.join(names)}: 'recipe below the bar'")
     return record
 
 
