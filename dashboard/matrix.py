@@ -149,7 +149,12 @@ def rows(study: str, root: Path | None = None) -> list[dict]:
             out.append({"experiment": experiment, "claim": claim, "label": label, "paper": "", "cells": {},
                         "note": note})  # fmt: skip
             continue
-        found = _of_row(results.claims(experiment, study, root)["claims"], claim)
+        verdicts = results.claims(experiment, study, root)
+        if _of_row(verdicts.get("withheld", []), claim):  # E5 while the study's recipe probe is open
+            out.append({"experiment": experiment, "claim": claim, "label": label, "paper": "— (beyond the paper)",
+                        "cells": {}, "note": "waits for the recipe probe (no recipe adopted yet)"})  # fmt: skip
+            continue
+        found = _of_row(verdicts["claims"], claim)
         if not found:
             continue
         cells = {}

@@ -429,11 +429,15 @@ def warm(root: Path | None = None) -> int:
 
 def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
     """The verdicts for one table: {"rules": "verdicts" (docs/design.md's rules, both analyses: E2-E4), "e5" or None
-    (no verdicts, e.g. E1), "claims": [dict] (claims_of), "problems": [str], "scale": str}."""
+    (no verdicts, e.g. E1), "claims": [dict] (claims_of), "problems": [str], "scale": str}; E5 of a study whose
+    recipe probe is open (probe_open): no claims, and the ones its probe runs would give under "withheld"."""
     key = _table_key(Path(root) if root is not None else results_root(), experiment, preset_name)
     if key is None:
         return {"rules": None, "claims": [], "problems": [], "scale": "—"}
-    return _claims(*key, _verdict_code())
+    found = _claims(*key, _verdict_code())
+    if experiment == "e5" and probe_open(preset_name, root):  # its own rung is a rejected candidate's: no verdict
+        return found | {"claims": [], "withheld": found["claims"]}
+    return found
 
 
 # ---------------------------------------------------------------- the second design's verdicts as cards

@@ -348,6 +348,13 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
     assert any("adopted no recipe yet" in w.value for w in at.warning)
     assert not [d for d in at.dataframe if "claim" in d.value.columns]  # no rules table
+    assert not [m for m in at.markdown if "19,024,384 params" in m.value]  # no verdict from the probe's runs
+    from dashboard import matrix, results
+
+    assert results.claims("e5", "cpu-ladder", root)["claims"] == []
+    e5_rows = [r for r in matrix.rows("cpu-ladder", root) if r["experiment"] == "e5"]
+    assert [r["claim"] for r in e5_rows] == ["ladder", "rescale"]  # the parts it runs, not 1-2
+    assert all(r["note"].startswith("waits for the recipe probe") for r in e5_rows)
 
     def params_drawn(at) -> set:
         return {row.get("params") for spec in charts_on(at) for rows in (spec.get("datasets") or {}).values()
@@ -364,6 +371,8 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert "<table" in "".join(report.ladder_rules_html(root, "cpu-ladder"))
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
     assert 19_024_384 in params_drawn(at) and not at.warning
+    assert results.claims("e5", "cpu-ladder", root)["claims"]  # adopted: the verdicts are back
+    assert not [r for r in matrix.rows("cpu-ladder", root) if r["note"].startswith("waits")]
     assert not [i for i in at.info if "Recipe below the bar" in i.value]
     probe["below_bar"] = True  # adopted as the best of candidates that all missed the bar: labelled so
     (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
