@@ -423,9 +423,9 @@ def part_trained(root: Path, with_config: bool) -> list[dict]:
                 key = RunConfig.from_dict(cfg).run_key(seed)
             except (ValueError, TypeError, KeyError, AttributeError):
                 key = ""
+            status = f"part-trained: step {step} of {cfg['train']['steps']} (checkpoint; the same command resumes it)"
             out.append(_record(cfg, with_config, run_key=key, seed=seed, steps=step, final_loss=None, wall_s=None,
-                               status=f"part-trained: step {step} of {cfg['train']['steps']} (checkpoint; the same "
-                               "command resumes it)", weights=""))  # fmt: skip
+                               resumed_from=None, status=status, weights=""))  # fmt: skip
     return out
 
 
@@ -444,8 +444,9 @@ def cmd_list(args) -> int:
         folder = {"folder": str(store.root.relative_to(roots[0]))} if len(roots) > 1 or args.json else {}
         records.append(folder | _record(
             m.get("config", {}), args.json, run_key=key, seed=m.get("seed"), steps=m.get("steps"),
-            final_loss=m.get("final_loss"), wall_s=m.get("wall_time_s"), status=status,
-            weights=store.weights_state(key) if status == "ok" else "",
+            final_loss=m.get("final_loss"), wall_s=m.get("wall_time_s"),
+            resumed_from=m.get("resumed_from_step") or None,  # wall_s counts the training from that step on
+            status=status, weights=store.weights_state(key) if status == "ok" else "",
         ))  # fmt: skip
     records += [r | ({"folder": str(root.relative_to(roots[0]))} if len(roots) > 1 or args.json else {})
                 for root in roots for r in part_trained(root, args.json)]  # fmt: skip
@@ -463,7 +464,12 @@ def cmd_list(args) -> int:
     if not records:
         print(f"no runs under {roots[0]}; train some with 'loopscope train --preset smoke --seeds 2'.")
     else:
-        print(pd.DataFrame(records).to_string(index=False))
+        table = pd.DataFrame(records)
+        if table["resumed_from"].isna().all():  # the column only where a run was resumed from a checkpoint
+            table = table.drop(columns="resumed_from")
+        else:
+            table["resumed_from"] = table["resumed_from"].map(lambda s: "" if pd.isna(s) else f"step {int(s)}")
+        print(table.to_string(index=False))
     return 0
 
 

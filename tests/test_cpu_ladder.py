@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -150,3 +151,17 @@ def test_ship_copies_finished_runs_weightless_and_builds_the_table_without_compu
     assert set(table["run_key"]) == {key} and {"norm", "norm->none", "norm->rescale"} <= set(table["boundary"])
     assert (store.root / cl.PROBE_FILE).read_bytes() == (source.root / cl.PROBE_FILE).read_bytes()
     assert cl.ship(source, store) == []  # a second ship copies nothing
+
+
+def test_list_says_where_a_resumed_run_s_wall_time_counts_from(capsys):
+    """R3's 19M seed 0 (shipped) resumed from its step-3,500 checkpoint: its wall_s is the last 500 steps' alone."""
+    from engine.cli import main
+
+    shipped = str(Path(__file__).resolve().parents[1] / "cached_results")
+    assert main(["list", "--json", "--results", shipped]) == 0
+    listed = {r["run_key"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed["abc00faaf66abcf3"]["resumed_from"] == 3500 and listed["abc00faaf66abcf3"]["steps"] == 4000
+    assert {r["resumed_from"] for r in listed.values() if r["folder"] != "cpu-ladder"} == {None}
+    assert main(["list", "--results", shipped]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if "abc00faaf66abcf3" in ln]
+    assert "step 3500" in line
