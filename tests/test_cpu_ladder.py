@@ -114,6 +114,30 @@ def test_rungs_are_refused_before_the_probe_adopted_the_presets_recipe(tmp_path,
     assert "in that order" in capsys.readouterr().err
 
 
+def test_run_e5_trains_no_rung_before_the_probe_adopted_the_presets_recipe(tmp_path, capsys, monkeypatch):
+    """`loopscope run e5 --preset cpu-ladder` used to train the 1.6M rung under the preset's recipe with no recipe
+    adopted (found on 2026-12-06): now one sentence and exit 2 before anything trains or is written."""
+    import shutil
+
+    from engine.cli import main
+
+    shipped = Path(__file__).resolve().parents[1] / "cached_results" / "cpu-ladder"
+    folder = tmp_path / "cpu-ladder"
+    shutil.copytree(shipped, folder, ignore=shutil.ignore_patterns("runs"))
+    probe = json.loads((folder / cl.PROBE_FILE).read_text())
+    probe["adopted"] = None
+    (folder / cl.PROBE_FILE).write_text(json.dumps(probe))
+    def trains(*args, **kwargs):
+        raise AssertionError("a rung started training")
+
+    monkeypatch.setattr(e5, "ensure", trains)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["run", "e5", "--preset", "cpu-ladder", "--seeds", "0-3", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "run the probe first" in err and "Traceback" not in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "locks" not in p.parts) == before
+
+
 def test_list_shows_each_rung_and_a_part_trained_seed_at_its_step(tmp_path, capsys):
     from engine.cli import main
     from engine.core.train import train_group

@@ -169,13 +169,16 @@ def run(
     """Train what is missing, evaluate every model in the run mode it was not trained in, the rescale surgery
     (ensure); write the e5 table and return its rows. With `compute`, only the configs it picks are computed; the
     others add the runs already stored (the GPU study's pieces, and a table rebuilt from a merged store)."""
-    from engine.experiments.runs import check_study_precision, collect
+    from engine.experiments.runs import check_recipe_adopted, check_study_precision, collect
 
     check_study_precision(store, preset_name, [cfg for cfg, _ in trainings(preset_name, tasks)])
+    computed = [(cfg, label) for cfg, label in trainings(preset_name, tasks) if compute is None or compute(cfg)]
+    if any(store.status(cfg.run_key(s)) != "ok" for cfg, _ in computed for s in seeds_for(preset_name, cfg, seeds)):
+        check_recipe_adopted(store, preset_name)  # before anything trains
     frames = []
     for cfg, label in trainings(preset_name, tasks):
         wanted = seeds_for(preset_name, cfg, seeds)
-        if compute is None or compute(cfg):
+        if (cfg, label) in computed:
             keys = ensure(preset_name, cfg, label, wanted, store, device, progress)
         else:
             keys = [key for key in map(cfg.run_key, wanted) if store.status(key) == "ok"]

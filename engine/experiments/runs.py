@@ -341,6 +341,31 @@ def check_study_precision(store: Store, preset_name: str, configs: Iterable[RunC
         )
 
 
+RECIPE_PROBE_FILE = "recipe-probe.json"  # a study's recipe probe record, in its folder (engine.runtime.cpu_ladder)
+
+
+def check_recipe_adopted(store: Store, preset_name: str) -> None:
+    """A preset whose recipe is chosen by its own recipe probe (`cpu-ladder`: presets.CPU_LADDER_RECIPE, adopted by
+    engine.runtime.cpu_ladder's probe) trains nothing else before the probe's record in store's folder names that
+    recipe: UsageError (one sentence, exit 2) otherwise. `cpu_ladder rungs` and e5.run (where it would train) call
+    it; the probe's own seeds train through e5.ensure."""
+    from engine.core.presets import CPU_LADDER_RECIPE
+
+    if preset_name != "cpu-ladder":
+        return
+    path = store.root / RECIPE_PROBE_FILE
+    try:
+        adopted = json.loads(path.read_text()).get("adopted") if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        adopted = None
+    if adopted != CPU_LADDER_RECIPE:
+        raise UsageError(
+            f"the recipe probe has {'adopted ' + adopted if adopted else 'not adopted a recipe'} and the cpu-ladder "
+            f"preset trains {CPU_LADDER_RECIPE}; run the probe first (python -m engine.runtime.cpu_ladder probe), "
+            "and set presets.CPU_LADDER_RECIPE to the adopted candidate in a commit before the other rungs run."
+        )
+
+
 def run_trainings(
     experiment: str,
     preset_name: str,

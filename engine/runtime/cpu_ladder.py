@@ -30,16 +30,16 @@ import json
 import sys
 import time
 
-from engine.core.presets import CPU_LADDER_RECIPE, GPU_RECIPES, RunConfig, cpu_ladder, study_root
+from engine.core.presets import GPU_RECIPES, RunConfig, cpu_ladder, study_root
 from engine.core.store import Store, atomic_write, git_state, utc_now
 from engine.errors import UsageError, explain
 from engine.experiments import e5
 from engine.experiments.ladder import RECIPE_RULE, best_candidate, recipe_outcome, recipe_score
+from engine.experiments.runs import RECIPE_PROBE_FILE as PROBE_FILE
 
 PRESET = "cpu-ladder"
 SEEDS = tuple(range(e5.LADDER_SEEDS))
 CHECKPOINT_EVERY = 100  # steps: about 3 minutes of the 19M rung on two cores
-PROBE_FILE = "recipe-probe.json"
 
 
 def say(text: str) -> None:
@@ -127,15 +127,9 @@ def below_bar(store: Store, names: list[str], record: dict) -> dict:
 
 def rungs(store: Store) -> None:
     """The ladder's other rungs under the adopted recipe, then E5's table for the preset (everything cached)."""
-    path = store.root / PROBE_FILE
-    adopted = json.loads(path.read_text()).get("adopted") if path.is_file() else None
-    if adopted != CPU_LADDER_RECIPE:
-        raise UsageError(
-            f"the recipe probe has {'adopted ' + adopted if adopted else 'not adopted a recipe'} and the cpu-ladder "
-            f"preset trains {CPU_LADDER_RECIPE}; run the probe first (python -m engine.runtime.cpu_ladder probe), "
-            "and set presets.CPU_LADDER_RECIPE to the adopted candidate in a commit before the other rungs run."
-        )
-    from engine.experiments.runs import Live, live
+    from engine.experiments.runs import Live, check_recipe_adopted, live
+
+    check_recipe_adopted(store, PRESET)
 
     with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
         rows = e5.run(PRESET, list(SEEDS), store, "cpu", ("parity",))
