@@ -127,6 +127,7 @@ def test_run_e5_trains_no_rung_before_the_probe_adopted_the_presets_recipe(tmp_p
     probe = json.loads((folder / cl.PROBE_FILE).read_text())
     probe["adopted"] = None
     (folder / cl.PROBE_FILE).write_text(json.dumps(probe))
+
     def trains(*args, **kwargs):
         raise AssertionError("a rung started training")
 
