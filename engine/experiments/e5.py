@@ -173,8 +173,8 @@ def run(
 
     check_study_precision(store, preset_name, [cfg for cfg, _ in trainings(preset_name, tasks)])
     computed = [(cfg, label) for cfg, label in trainings(preset_name, tasks) if compute is None or compute(cfg)]
-    if any(store.status(cfg.run_key(s)) != "ok" for cfg, _ in computed for s in seeds_for(preset_name, cfg, seeds)):
-        check_recipe_adopted(store, preset_name)  # before anything trains
+    check_recipe_adopted(store, preset_name, (cfg.run_key(s) for cfg, _ in computed
+                                              for s in seeds_for(preset_name, cfg, seeds)))  # fmt: skip
     frames = []
     for cfg, label in trainings(preset_name, tasks):
         wanted = seeds_for(preset_name, cfg, seeds)

@@ -344,14 +344,15 @@ def check_study_precision(store: Store, preset_name: str, configs: Iterable[RunC
 RECIPE_PROBE_FILE = "recipe-probe.json"  # a study's recipe probe record, in its folder (engine.runtime.cpu_ladder)
 
 
-def check_recipe_adopted(store: Store, preset_name: str) -> None:
+def check_recipe_adopted(store: Store, preset_name: str, keys: Iterable[str] | None = None) -> None:
     """A preset whose recipe is chosen by its own recipe probe (`cpu-ladder`: presets.CPU_LADDER_RECIPE, adopted by
     engine.runtime.cpu_ladder's probe) trains nothing else before the probe's record in store's folder names that
-    recipe: UsageError (one sentence, exit 2) otherwise. `cpu_ladder rungs` and e5.run (where it would train) call
-    it; the probe's own seeds train through e5.ensure."""
+    recipe: UsageError (one sentence, exit 2) otherwise. keys: the runs a caller would train where missing (e5.run;
+    all stored: nothing to refuse); None (`cpu_ladder rungs`): refused whatever is stored. The probe's own seeds
+    train through e5.ensure."""
     from engine.core.presets import CPU_LADDER_RECIPE
 
-    if preset_name != "cpu-ladder":
+    if preset_name != "cpu-ladder" or keys is not None and all(store.status(k) == "ok" for k in keys):
         return
     path = store.root / RECIPE_PROBE_FILE
     try:
