@@ -330,10 +330,8 @@ def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -
     from engine.experiments import e5
 
     summary, out = e5.summarize(rows, preset_name), []
-    summaries = {preset_name: summary}
     probing = root is not None and results.probe_open(preset_name, root) is not None
-    if probing:  # the study's own rung is a rejected candidate's probe runs: left out of the figures
-        summaries = {}
+    summaries = {} if probing else {preset_name: summary}  # while probing, its own rung is a rejected candidate's
     partner = results.ladder_partner(preset_name, root) if root is not None else None
     if partner:
         summaries[partner] = e5.summarize(pd.read_parquet(results.table_path(root, "e5", partner)), partner)

@@ -36,6 +36,7 @@ from engine.errors import UsageError, explain
 from engine.experiments import e5
 from engine.experiments.ladder import RECIPE_RULE, best_candidate, recipe_outcome, recipe_score
 from engine.experiments.runs import RECIPE_PROBE_FILE as PROBE_FILE
+from engine.experiments.runs import Live, check_recipe_adopted, live
 
 PRESET = "cpu-ladder"
 SEEDS = tuple(range(e5.LADDER_SEEDS))
@@ -53,42 +54,53 @@ def candidate(name: str) -> RunConfig:
 
 def piece(cfg: RunConfig, seed: int, store: Store) -> None:
     """One seed of one config: trained (checkpointed, resumed), evaluated as trained, cut and rescaled; cached."""
-    from engine.experiments.runs import Live, live
-
     with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
         e5.ensure(PRESET, cfg, "e2", [seed], store)
 
 
+def scored(name: str, seed: int, store: Store, why: str) -> tuple[float, float]:
+    """One seed of candidate `name`, announced (`why`: what the line says of it), computed or read from the cache
+    (piece): its probe score (held-out accuracy at n = T, recipe_score) and the seconds it took."""
+    cfg = candidate(name)
+    key = cfg.run_key(seed)
+    say(f"{name} seed {seed} ({why}run {key}): {'cached' if store.status(key) == 'ok' else 'training'}")
+    t0 = time.monotonic()
+    piece(cfg, seed, store)
+    return recipe_score(store.load_rows(key)), time.monotonic() - t0
+
+
+def entry(name: str, scores: list[float]) -> dict:
+    """A candidate's seeds so far in the probe's record: their scores and run keys."""
+    return dict(scores=[round(s, 4) for s in scores], runs=[candidate(name).run_key(s) for s in SEEDS[: len(scores)]])
+
+
+def save(store: Store, record: dict) -> None:
+    """The probe's record, rewritten whole (atomically) with the time of this write."""
+    record["updated"] = utc_now()
+    atomic_write(store.root / PROBE_FILE, json.dumps(record, indent=1).encode())
+
+
 def probe(store: Store, names: list[str]) -> dict:
     """The rule applied candidate by candidate and seed by seed; the record is rewritten after every seed."""
-    path = store.root / PROBE_FILE
     commit, dirty = git_state()
     record = dict(rule=f"mean held-out accuracy at n = T over seeds 0-3 >= {RECIPE_RULE}", commit=commit,
                   dirty=dirty, candidates={}, adopted=None)  # fmt: skip
     for name in names:
-        cfg = candidate(name)
         scores: list[float] = []
         outcome = "open"
         for seed in SEEDS:
-            key = cfg.run_key(seed)
-            cached = store.status(key) == "ok"
-            say(f"{name} seed {seed} ({cfg.model.n_params:,} parameters, run {key}): "
-                f"{'cached' if cached else 'training'}")  # fmt: skip
-            t0 = time.monotonic()
-            piece(cfg, seed, store)
-            scores.append(recipe_score(store.load_rows(key)))
+            score, took = scored(name, seed, store, f"{candidate(name).model.n_params:,} parameters, ")
+            scores.append(score)
             outcome = recipe_outcome(scores)
-            say(f"{name} seed {seed}: held-out accuracy at T {scores[-1]:.4f} ({time.monotonic() - t0:.0f} s); "
+            say(f"{name} seed {seed}: held-out accuracy at T {score:.4f} ({took:.0f} s); "
                 f"mean so far {sum(scores) / len(scores):.4f} over {len(scores)} seeds: {outcome}")  # fmt: skip
-            record["candidates"][name] = dict(scores=[round(s, 4) for s in scores], outcome=outcome,
-                                              runs=[cfg.run_key(s) for s in SEEDS[: len(scores)]])  # fmt: skip
-            record["updated"] = utc_now()
-            atomic_write(path, json.dumps(record, indent=1).encode())
+            record["candidates"][name] = entry(name, scores) | dict(outcome=outcome)
+            save(store, record)
             if outcome != "open":
                 break
         if outcome == "adopted":
             record["adopted"] = name
-            atomic_write(path, json.dumps(record, indent=1).encode())
+            save(store, record)
             say(f"adopted {name}")
             return record
     say(
@@ -102,33 +114,24 @@ def below_bar(store: Store, names: list[str], record: dict) -> dict:
     """No candidate reached the bar: the rule adopts the best of them by the mean over seeds 0-3. The seeds each
     candidate's early stop skipped are trained in the rule's order until the best is certain
     (engine.experiments.ladder.best_candidate; docs/gpu-study.md, 2026-12-06); the record says `below_bar`."""
-    path = store.root / PROBE_FILE
     scores = {name: list(record["candidates"][name]["scores"]) for name in names}
     while (best := best_candidate(scores)) is None:
         name = next(n for n in names if len(scores[n]) < len(SEEDS))
-        cfg, seed = candidate(name), len(scores[name])
-        key = cfg.run_key(seed)
-        say(f"{name} seed {seed} (for the best of three; run {key}): "
-            f"{'cached' if store.status(key) == 'ok' else 'training'}")  # fmt: skip
-        t0 = time.monotonic()
-        piece(cfg, seed, store)
-        scores[name].append(recipe_score(store.load_rows(key)))
-        say(f"{name} seed {seed}: held-out accuracy at T {scores[name][-1]:.4f} ({time.monotonic() - t0:.0f} s); "
+        seed = len(scores[name])
+        score, took = scored(name, seed, store, "for the best of three; ")
+        scores[name].append(score)
+        say(f"{name} seed {seed}: held-out accuracy at T {score:.4f} ({took:.0f} s); "
             f"mean so far {sum(scores[name]) / len(scores[name]):.4f} over {len(scores[name])} seeds")  # fmt: skip
-        record["candidates"][name] |= dict(scores=[round(s, 4) for s in scores[name]],
-                                           runs=[cfg.run_key(s) for s in SEEDS[: len(scores[name])]])  # fmt: skip
-        record["updated"] = utc_now()
-        atomic_write(path, json.dumps(record, indent=1).encode())
-    record |= dict(adopted=best, below_bar=True, updated=utc_now())
-    atomic_write(path, json.dumps(record, indent=1).encode())
+        record["candidates"][name] |= entry(name, scores[name])
+        save(store, record)
+    record |= dict(adopted=best, below_bar=True)
+    save(store, record)
     say(f"adopted {best}, the best of {', '.join(names)}: 'recipe below the bar'")
     return record
 
 
 def rungs(store: Store) -> None:
     """The ladder's other rungs under the adopted recipe, then E5's table for the preset (everything cached)."""
-    from engine.experiments.runs import Live, check_recipe_adopted, live
-
     check_recipe_adopted(store, PRESET)
 
     with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
