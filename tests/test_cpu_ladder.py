@@ -178,6 +178,26 @@ def test_ship_copies_finished_runs_weightless_and_builds_the_table_without_compu
     assert cl.ship(source, store) == []  # a second ship copies nothing
 
 
+def test_ship_brings_the_record_up_to_the_seeds_trained_after_it(tmp_path, monkeypatch):
+    """The skipped seeds' driver trains seeds outside the probe: the shipped record lists them, in seed order."""
+    monkeypatch.setattr(cl, "candidate", tiny)
+    source = Store(study_root(tmp_path / "pieces", "cpu-ladder"))
+    cl.probe(source, ["R1"])  # rejected after seed 0
+    cl.piece(tiny("R1"), 1, source)  # as skipped_seeds.py does
+    cl.piece(tiny("R1"), 3, source)  # seed 2 missing: seed 3 is not read (scores stay in seed order)
+    written = (source.root / cl.PROBE_FILE).read_bytes()
+    monkeypatch.setattr(e5, "ladder", lambda preset_name, task: [tiny("R1")])
+    monkeypatch.setattr(e5, "preset", lambda name, task="parity", boundary="norm": tiny("R1"))
+    monkeypatch.setattr(cl, "piece", lambda *a: pytest.fail("ship computes nothing"))
+    store = Store(study_root(tmp_path / "repo", "cpu-ladder"))
+    assert len(cl.ship(source, store)) == 3
+    got = json.loads((store.root / cl.PROBE_FILE).read_text())["candidates"]["R1"]
+    seed1 = round(cl.recipe_score(store.load_rows(tiny("R1").run_key(1))), 4)
+    assert got["scores"] == [json.loads(written)["candidates"]["R1"]["scores"][0], seed1]
+    assert got["runs"] == [tiny("R1").run_key(s) for s in (0, 1)] and got["outcome"] == "rejected"
+    assert (source.root / cl.PROBE_FILE).read_bytes() == written  # the pieces' own record is left as it was
+
+
 def test_list_says_where_a_resumed_run_s_wall_time_counts_from(capsys):
     """R3's 19M seed 0 (shipped) resumed from its step-3,500 checkpoint: its wall_s is the last 500 steps' alone."""
     from engine.cli import main

@@ -16,8 +16,9 @@ step is cached: a second run of a finished stage computes nothing.
           preset trains with (presets.CPU_LADDER_RECIPE).
   ship    the finished runs of a results folder the pieces ran in (--source, outside the repository) into
           --results: each run folder copied without its weights (76 MB a seed at 19M; `loopscope restore KEY`
-          retrains one bit for bit on a machine of the kind that made it), the probe's record, and the
-          e5-cpu-ladder table rebuilt from what is stored (nothing computed). Part-trained runs stay behind.
+          retrains one bit for bit on a machine of the kind that made it), the probe's record (with the seeds that
+          finished after it was written: caught_up), and the e5-cpu-ladder table rebuilt from what is stored
+          (nothing computed). Part-trained runs stay behind.
 
     python -m engine.runtime.cpu_ladder probe|rungs [--results cached_results] [--candidates R1,R2,R3]
     python -m engine.runtime.cpu_ladder ship --source DIR [--results cached_results]
@@ -72,6 +73,18 @@ def scored(name: str, seed: int, store: Store, why: str) -> tuple[float, float]:
 def entry(name: str, scores: list[float]) -> dict:
     """A candidate's seeds so far in the probe's record: their scores and run keys."""
     return dict(scores=[round(s, 4) for s in scores], runs=[candidate(name).run_key(s) for s in SEEDS[: len(scores)]])
+
+
+def caught_up(store: Store, record: dict) -> dict:
+    """The record with the seeds that finished after it was written (the skipped seeds' driver,
+    dev/studies/cpu-ladder/skipped_seeds.py, trains them outside the probe) read back from `store`, each candidate's
+    in seed order while the next seed is cached; nothing computed, the outcomes and the adoption left as they are."""
+    for name, c in record["candidates"].items():
+        scores = list(c["scores"])
+        while len(scores) < len(SEEDS) and store.status(key := candidate(name).run_key(len(scores))) == "ok":
+            scores.append(recipe_score(store.load_rows(key)))
+        c |= entry(name, scores)
+    return record
 
 
 def save(store: Store, record: dict) -> None:
@@ -159,8 +172,13 @@ def ship(source: Store, store: Store) -> list[str]:
         finally:
             shutil.rmtree(staged.root, ignore_errors=True)
         copied.append(key)
-    if (source.root / PROBE_FILE).is_file():
-        atomic_write(store.root / PROBE_FILE, (source.root / PROBE_FILE).read_bytes())
+    if (source.root / PROBE_FILE).is_file():  # with the seeds that finished since it was written, as shipped
+        written = (source.root / PROBE_FILE).read_bytes()
+        record = caught_up(store, json.loads(written))
+        if record == json.loads(written):
+            atomic_write(store.root / PROBE_FILE, written)
+        else:
+            save(store, record)
     e5.run(PRESET, list(SEEDS), store, "cpu", ("parity",), progress=False, compute=lambda cfg: False)
     return copied
 
