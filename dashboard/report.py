@@ -564,8 +564,13 @@ def study_html(root: Path, tables: dict[str, str], prefix: str = "") -> list[str
 CPU_LADDER = (
     "The GPU study's ladder above 412k parameters (1.6M, 5.3M and the paper's 19M) trained on the CPU in fp32, the "
     "precision of every lower rung, one seed a group, under the GPU study's rules unchanged (docs/gpu-study.md); its "
-    "19M rung is the recipe probe. Below 412k the ladder is the `cpu` study's; the rules read both."
+    "19M rung is the recipe probe."
 )
+CPU_LADDER_BELOW = {  # whether the `cpu` study's rungs continue it (results.same_recipe)
+    True: " Below 412k the ladder is the `cpu` study's; the rules read both.",
+    False: " The probe adopted another recipe than the `cpu` study's, so this study trained the rungs to 412k itself, "
+    "under the adopted one; the rules read its own ladder alone.",
+}
 GPU_STUDY = (
     "The study at the paper's scale, run on a GPU (docs/gpu-study.md, “Predictions and rules, written before it "
     "runs”): the second CPU study's parity on models up to the paper's 19M, E2 and E3 judged by the second CPU "
@@ -612,7 +617,8 @@ def html(root: Path, preset_name: str | None = None) -> str:
     for study in own:
         folder = results.study_root(root, study)
         smoke = " This one is its structure at a size the CPU runs in seconds: not a result." * (study == "gpu-smoke")
-        title, text = ("The GPU study's ladder on the CPU", CPU_LADDER) if study == "cpu-ladder" else (
+        below = CPU_LADDER_BELOW[results.same_recipe(study, "cpu", root)]
+        title, text = ("The GPU study's ladder on the CPU", CPU_LADDER + below) if study == "cpu-ladder" else (
             "The GPU study", GPU_STUDY)  # fmt: skip
         parts.append(f'<h2 id="study-{_esc(study)}">{title} (<code>{_esc(study)}</code>)</h2><p>{text}'
                      f"{smoke} Folder: <code>{_esc(shown_path(folder))}</code>.</p>")  # fmt: skip

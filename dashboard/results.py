@@ -35,6 +35,10 @@ GPU_STUDIES = ("gpu", "gpu-smoke")  # the studies designed for a GPU (the others
 # A GPU study's ladder continues a CPU study's, on the same task and budget T (docs/gpu-study.md: the bridge
 # rung runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
 LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu", "cpu-ladder": "cpu"}
+# A study whose recipe a probe adopts (<study folder>/recipe-probe.json): the recipe its partner's rungs were trained
+# with. The partner continues its ladder only if the probe adopted the same one; else the study trains those rungs
+# itself (engine.experiments.e5.continues, which compares the configs; tests/test_cpu_ladder.py checks they agree)
+PARTNER_RECIPE = {"cpu-ladder": "R1"}
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
 VERDICT_CODE = (  # the files whose code decides a cached verdict, this one included: their digest keys the cache
     ENGINE / "paper.py", ENGINE / "core/stats.py", ENGINE / "core/presets.py", ENGINE / "experiments/verdicts.py",
@@ -116,9 +120,20 @@ def ladder_partners(preset_name: str) -> list[str]:
 
 
 def ladder_partner(preset_name: str, root: Path | None = None) -> str | None:
-    """The first of ladder_partners whose E5 table the results folder holds (the largest first), or None."""
+    """The first of ladder_partners whose E5 table the results folder holds (the largest first) and whose recipe
+    agrees with this study's (PARTNER_RECIPE), or None."""
     found = presets("e5", root)
-    return next((p for p in ladder_partners(preset_name) if p in found), None)
+    return next((p for p in ladder_partners(preset_name) if p in found and same_recipe(preset_name, p, root)), None)
+
+
+def same_recipe(study: str, partner: str, root: Path | None) -> bool:
+    """False where either study's probe adopted another recipe than the one PARTNER_RECIPE says the other's rungs
+    were trained with (an open probe, or none, leaves them partners)."""
+    for own in (study, partner):
+        adopted = (_probe_record(own, root) or {}).get("adopted")
+        if own in PARTNER_RECIPE and adopted and adopted != PARTNER_RECIPE[own]:
+            return False
+    return True
 
 
 def tables_state(root: Path) -> tuple:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +40,25 @@ def test_the_preset_is_the_paper_model_one_seed_a_group_in_its_own_folder(tmp_pa
     assert e5.ladder_only("cpu-ladder") and e5.rescaled("cpu-ladder", cfg)
     with pytest.raises(ValueError, match="parity only"):
         cpu_ladder("chain")
+
+
+def test_the_lower_rungs_are_the_cpu_study_s_only_under_its_recipe(monkeypatch):
+    """docs/gpu-study.md: the rungs to 412k again only if the adopted recipe is not R1 (the `cpu` study's); the
+    dashboard's twin of that fact (results.PARTNER_RECIPE, no torch on its script thread) agrees with the configs."""
+    from dashboard import results
+    from engine.core import presets
+
+    for name in presets.GPU_RECIPES:
+        own = partial(cpu_ladder, recipe=name)
+        monkeypatch.setattr(e5, "preset", lambda p, task="parity", boundary="norm", own=own: (
+            own(task, boundary) if p == "cpu-ladder" else preset(p, task, boundary)))  # fmt: skip
+        same = name == results.PARTNER_RECIPE["cpu-ladder"]
+        assert e5.continues("cpu-ladder") == ("cpu" if same else None)
+        rungs = e5.ladder("cpu-ladder", "parity")
+        lower = [c.model.n_params for c in e5.ladder("cpu", "parity") if c.train.steps == 2000]
+        assert [c.model.n_params for c in rungs] == [*([] if same else lower), 1_627_392, 5_342_592, 19_024_384]
+        assert {replace(c.train, group_size=1) for c in rungs} == {replace(own().train, group_size=1)}
+        assert rungs[-1] == own()  # the top rung is E2's config, as before
 
 
 REAL_CANDIDATE = cl.candidate

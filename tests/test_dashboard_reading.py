@@ -380,3 +380,9 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert "<b>Recipe below the bar.</b>" in html and "<table" in html
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
     assert [i for i in at.info if "Recipe below the bar" in i.value and "R1, for every rung" in i.value]
+    probe["adopted"] = "R2"  # another recipe than the `cpu` study's: its rungs no longer continue this ladder
+    (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
+    assert results.ladder_partner("cpu-ladder", root) is None and results.ladder_partner("cpu", root) is None
+    at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
+    assert 412_288 not in params_drawn(at) and [d for d in at.dataframe if "claim" in d.value.columns]
+    assert "trained the rungs to 412k itself" in report.html(root)

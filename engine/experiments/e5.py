@@ -102,14 +102,36 @@ def range_specs(T: int) -> tuple[str, ...]:
     return (f"uniform:1-{2 * T}", f"lognormal:{T}:{3 * T}")
 
 
+# A ladder that continues a lower study's (the GPU study's on the CPU: E5's `cpu` ladder to 412k). Its rules read
+# the lower study's rungs only where both trained with the same recipe; else the preset trains those rungs itself,
+# in its own folder, under its own recipe (docs/gpu-study.md: "the lower rungs again only if the adopted recipe is
+# not R1").
+CONTINUES = {"cpu-ladder": "cpu"}
+
+
+def continues(preset_name: str) -> str | None:
+    """The study whose ladder this one continues (CONTINUES) where both train with the same recipe (the TrainConfig,
+    its group size apart); None where the preset trains those rungs itself, or continues none."""
+    lower = CONTINUES.get(preset_name)
+    if lower is None:
+        return None
+    own, theirs = (replace(preset(p).train, group_size=1) for p in (preset_name, lower))
+    return lower if own == theirs else None
+
+
 def ladder(preset_name: str, task: str) -> list[RunConfig]:
     """Part 3's norm-trained configs, smallest first (none for a task outside LADDER_TASKS). A rung that is the
-    preset's own model is E2's config (its runs are reused); the others train LADDER_SEEDS seeds as one group."""
+    preset's own model is E2's config (its runs are reused); the others train LADDER_SEEDS seeds as one group. A
+    preset that continues a lower study's ladder under another recipe (CONTINUES, continues) trains that study's
+    rungs of the common training length first."""
     if task not in LADDER_TASKS.get(preset_name, TASKS) or 3 not in parts(preset_name):
         return []
     base = preset(preset_name, task, "norm")
+    specs = LADDER.get(preset_name, ())
+    if (lower := CONTINUES.get(preset_name)) and continues(preset_name) is None:
+        specs = tuple(s for s in LADDER[lower] if s[4] == 1) + specs
     out = []
-    for d, heads, ff, layers, times in LADDER.get(preset_name, ()):
+    for d, heads, ff, layers, times in specs:
         model = replace(base.model, d_model=d, n_heads=heads, d_ff=ff, layers_per_block=layers)
         train = replace(base.train, steps=base.train.steps * times)
         if (model, train) != (base.model, base.train):

@@ -11,7 +11,8 @@ step is cached: a second run of a finished stage computes nothing.
           If every candidate is rejected, the seeds their early stops skipped are trained until the best of them is
           certain, and the best is adopted as "recipe below the bar" (below_bar). The outcome is written to
           <results>/cpu-ladder/recipe-probe.json.
-  rungs   the other rungs (1.6M, 5.3M) under the adopted recipe, seeds 0-3, then the e5-cpu-ladder table (E5's
+  rungs   the other rungs (1.6M, 5.3M; first the `cpu` ladder's to 412k if the recipe is not the `cpu` study's:
+          e5.continues) under the adopted recipe, seeds 0-3, then the e5-cpu-ladder table (E5's
           `loopscope run e5 --preset cpu-ladder --seeds 0-3`). Refused until the probe has adopted the recipe the
           preset trains with (presets.CPU_LADDER_RECIPE).
   ship    the finished runs of a results folder the pieces ran in (--source, outside the repository) into
