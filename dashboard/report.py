@@ -579,6 +579,17 @@ GPU_STUDY = (
 )
 
 
+def probe_html(root: Path, study: str) -> list[str]:
+    """A study's recipe probe seed by seed (results.probe_rows) as a table, where it has one."""
+    rows = results.probe_rows(study, root)
+    if not rows:
+        return []
+    header, body = list(rows[0]), [list(r.values()) for r in rows]
+    return [f"<h3>{_esc(study)} · the recipe probe, seed by seed</h3><p>Held-out accuracy at n = T per seed, run as "
+            "trained; where seeds are missing, the range the mean over seeds 0–3 can still take "
+            "(docs/gpu-study.md).</p>" + _table_html(header, body)]  # fmt: skip
+
+
 def ladder_rules_html(root: Path, study: str) -> list[str]:
     """The GPU study's rules over both devices' ladders (engine.experiments.ladder.rules) as a table, where the
     study has an E5 table (its partner's on the CPU read beside it where root holds one)."""
@@ -628,7 +639,7 @@ def html(root: Path, preset_name: str | None = None) -> str:
             parts.append(f"<h3>{_esc(study)} · {results.device_of(study)} provenance</h3>"
                          + _table_html(header, [[r[h] for h in header] for r in made]))  # fmt: skip
         parts += study_html(root, {e: study for e, p in catalog(root).items() if study in p}, f"{study} · ")
-        parts += ladder_rules_html(root, study)
+        parts += probe_html(root, study) + ladder_rules_html(root, study)
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>loopscope report</title>'
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip

@@ -284,6 +284,24 @@ def recipe_below_bar(study: str, root: Path | None = None) -> str | None:
     )
 
 
+def probe_rows(study: str, root: Path | None = None) -> list[dict]:
+    """A study's recipe probe seed by seed, one row per candidate in the rule's order: its held-out accuracy at n = T
+    per seed ("—" for a seed not run), the range its mean over the four seeds can still take (the seeds not run at 0
+    and at 1.0: what the rule's early stops and its best of three read, engine.experiments.ladder) and its outcome.
+    [] where it has none."""
+    probe, out = _probe_record(study, root), []
+    for name, c in (probe or {}).get("candidates", {}).items():
+        scores = c.get("scores", []) if isinstance(c, dict) else []
+        row = {"candidate": name} | {f"seed {s}": f"{scores[s]:.4f}" if s < len(scores) else "—" for s in range(4)}
+        low, high = sum(scores) / 4, (sum(scores) + 4 - len(scores)) / 4
+        mean = f"{low:.3f}" if len(scores) == 4 else f"{low:.3f}–{high:.3f} ({len(scores)} of 4 seeds)"
+        outcome = c.get("outcome", "?")
+        if probe.get("adopted") == name:
+            outcome = f"{outcome}; adopted as the best (recipe below the bar)" if probe.get("below_bar") else "adopted"
+        out.append(row | {"mean over seeds 0–3": mean, "outcome": outcome})
+    return out
+
+
 def _probe_record(study: str, root: Path | None) -> dict | None:
     """A study's recipe-probe.json (engine.runtime.cpu_ladder), None where it has none or it is unreadable."""
     folder = OWN_FOLDER.get(study)

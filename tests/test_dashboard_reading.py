@@ -364,6 +364,11 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert 412_288 in drawn and 19_024_384 not in drawn  # the CPU study's rungs, not the probe's
     html = "".join(report.ladder_rules_html(root, "cpu-ladder"))
     assert "adopted no recipe yet" in html and "<table" not in html
+    seen = results.probe_rows("cpu-ladder", root)  # the probe itself, seed by seed, on the page and in the report
+    assert [r["candidate"] for r in seen] == list(probe["candidates"]) and at.expander
+    r1 = probe["candidates"]["R1"]["scores"]
+    assert [seen[0][f"seed {s}"] for s in range(4)] == [f"{x:.4f}" for x in r1] + ["—"] * (4 - len(r1))
+    assert "the recipe probe, seed by seed" in "".join(report.probe_html(root, "cpu-ladder"))
     below = all(c["outcome"] == "rejected" for c in probe["candidates"].values())
     assert ("recipe below the bar" in html) == below  # every candidate rejected: the rule's best of them is pending
     probe["adopted"] = "R1"
@@ -380,6 +385,7 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert "<b>Recipe below the bar.</b>" in html and "<table" in html
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
     assert [i for i in at.info if "Recipe below the bar" in i.value and "R1, for every rung" in i.value]
+    assert results.probe_rows("cpu-ladder", root)[0]["outcome"].endswith("adopted as the best (recipe below the bar)")
     probe["adopted"] = "R2"  # another recipe than the `cpu` study's: its rungs no longer continue this ladder
     (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
     assert results.ladder_partner("cpu-ladder", root) is None and results.ladder_partner("cpu", root) is None

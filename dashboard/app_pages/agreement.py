@@ -49,6 +49,13 @@ if probing:
     st.warning(probing)
 elif below_bar := results.recipe_below_bar(table.preset):
     st.info(below_bar)
+if probe := results.probe_rows(table.preset):
+    with st.expander("The recipe probe, seed by seed", expanded=bool(probing)):
+        st.caption(
+            "The 19M rung's held-out accuracy at n = T per seed (run as trained), each candidate in the rule's "
+            "order; where seeds are missing, the range the mean over seeds 0–3 can still take (docs/gpu-study.md)."
+        )
+        st.dataframe(probe, hide_index=True)
 if verdicts:
     st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
 
