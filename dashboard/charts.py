@@ -7,6 +7,7 @@ Every layer is named, so tests and readers can find the CI band, the budget rule
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import altair as alt
@@ -541,6 +542,30 @@ def loss_chart(curve: pd.DataFrame) -> alt.Chart:
         )
         .properties(width=WIDTH, height=HEIGHT, name="loss", autosize=AUTOSIZE)
     )
+
+
+@memoized()
+def probe_loss_chart(curves: pd.DataFrame) -> alt.LayerChart:
+    """The training loss of each seed of a recipe probe (data.probe_losses), coloured by candidate, one line a seed,
+    on a log scale, with the loss of a model that cannot tell the two answers apart (ln 2, dotted)."""
+    curves = curves.assign(seed=curves["seed"].astype(str))
+    names = list(dict.fromkeys(curves["candidate"]))
+    scale = alt.Scale(domain=names, range=[color_of(n, i) for i, n in enumerate(names)])
+    lines = (
+        alt.Chart(curves)
+        .mark_line(strokeWidth=1.5)
+        .encode(
+            x=alt.X("step:Q", title="training step"),
+            y=alt.Y("loss:Q", scale=alt.Scale(type="log"), title="training loss (cross-entropy, nats; log scale)"),
+            color=alt.Color("candidate:N", scale=scale, title="candidate"),
+            strokeDash=alt.StrokeDash("seed:N", title="seed"),
+            detail="run_key:N",
+            tooltip=["candidate:N", "seed:N", "step:Q", alt.Tooltip("loss:Q", format=".4~g")],
+        )
+    )
+    chance = pd.DataFrame({"loss": [math.log(2)], "label": ["ln 2: the two answers equally likely"]})
+    rule = alt.Chart(chance).mark_rule(strokeDash=[2, 3], color="#555").encode(y="loss:Q", tooltip=["label:N"])
+    return alt.layer(lines, rule).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE)
 
 
 @memoized()

@@ -466,6 +466,31 @@ def loss_curve(manifest: dict) -> pd.DataFrame:
     return pd.DataFrame({"step": [1 + i * stride for i in range(len(curve))], "loss": curve})
 
 
+def probe_losses(study: str, root: Path | None = None) -> pd.DataFrame:
+    """The training loss of every seed of a study's recipe probe (the runs its record names, read from the study's
+    store): candidate, seed, run_key, step, loss; no rows where it has none."""
+    root = Path(root) if root is not None else results_root()
+    probe = results.probe_record(study, root) or {}
+    keys = [(name, seed, key) for name, c in probe.get("candidates", {}).items() if isinstance(c, dict)
+            for seed, key in enumerate(c.get("runs", []))]  # fmt: skip
+    return _probe_losses(str(results.study_root(root, study)), tuple(keys))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _probe_losses(folder: str, keys: tuple) -> pd.DataFrame:
+    store, out = Store(Path(folder)), []
+    for name, seed, key in keys:
+        try:
+            if store.status(key) != "ok":  # not shipped here (or damaged): that seed is left out
+                continue
+            curve = loss_curve(store.manifest(key))
+        except (OSError, ValueError, KeyError, TypeError):  # a damaged manifest: left out too, never a crash
+            continue
+        out.append(curve.assign(candidate=name, seed=seed, run_key=key))
+    cols = ["candidate", "seed", "run_key", "step", "loss"]
+    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+
+
 # ---------------------------------------------------------------- jobs: from a job to its results
 
 EXPERIMENT_PAGES = {"e2": "accuracy.py", "e3": "refit.py", "e4": "stacked.py", "e1": "ouro.py"}

@@ -130,7 +130,7 @@ def same_recipe(study: str, partner: str, root: Path | None) -> bool:
     """False where either study's probe adopted another recipe than the one PARTNER_RECIPE says the other's rungs
     were trained with (an open probe, or none, leaves them partners)."""
     for own in (study, partner):
-        adopted = (_probe_record(own, root) or {}).get("adopted")
+        adopted = (probe_record(own, root) or {}).get("adopted")
         if own in PARTNER_RECIPE and adopted and adopted != PARTNER_RECIPE[own]:
             return False
     return True
@@ -251,7 +251,7 @@ def probe_open(study: str, root: Path | None = None) -> str | None:
     recipe yet: one sentence saying so, with each candidate's scores; None where it has one or the study has none.
     Until then the study's own rung is a rejected candidate's probe runs, not the ladder's: its figures leave the
     rung out and the ladder's rules wait."""
-    probe = _probe_record(study, root)
+    probe = probe_record(study, root)
     if probe is None or probe.get("adopted"):
         return None
     candidates = [c for c in probe["candidates"].values() if isinstance(c, dict)]
@@ -274,7 +274,7 @@ def recipe_below_bar(study: str, root: Path | None = None) -> str | None:
     """Where a study's recipe probe adopted the best of its candidates because none reached the bar
     (engine.runtime.cpu_ladder.below_bar): the label every figure of it carries, with each candidate's scores;
     None elsewhere."""
-    probe = _probe_record(study, root)
+    probe = probe_record(study, root)
     if probe is None or not probe.get("adopted") or not probe.get("below_bar"):
         return None
     return (
@@ -289,7 +289,7 @@ def probe_rows(study: str, root: Path | None = None) -> list[dict]:
     per seed ("—" for a seed not run), the range its mean over the four seeds can still take (the seeds not run at 0
     and at 1.0: what the rule's early stops and its best of three read, engine.experiments.ladder) and its outcome.
     [] where it has none."""
-    probe, out = _probe_record(study, root), []
+    probe, out = probe_record(study, root), []
     for name, c in (probe or {}).get("candidates", {}).items():
         scores = c.get("scores", []) if isinstance(c, dict) else []
         row = {"candidate": name} | {f"seed {s}": f"{scores[s]:.4f}" if s < len(scores) else "—" for s in range(4)}
@@ -302,7 +302,7 @@ def probe_rows(study: str, root: Path | None = None) -> list[dict]:
     return out
 
 
-def _probe_record(study: str, root: Path | None) -> dict | None:
+def probe_record(study: str, root: Path | None) -> dict | None:
     """A study's recipe-probe.json (engine.runtime.cpu_ladder), None where it has none or it is unreadable."""
     folder = OWN_FOLDER.get(study)
     path = (Path(root) if root is not None else results_root()) / folder / "recipe-probe.json" if folder else None

@@ -342,6 +342,7 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
 
     root = tmp_path / "results"
     shutil.copytree(SHIPPED, root, ignore=shutil.ignore_patterns("runs", "refits", "jobs", "locks"))
+    shutil.copytree(SHIPPED / "cpu-ladder" / "runs", root / "cpu-ladder" / "runs")  # weightless: the probe's losses
     probe = json.loads((root / "cpu-ladder" / "recipe-probe.json").read_text())
     if probe.get("adopted"):
         pytest.skip("the shipped probe has adopted a recipe")
@@ -369,6 +370,10 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     r1 = probe["candidates"]["R1"]["scores"]
     assert [seen[0][f"seed {s}"] for s in range(4)] == [f"{x:.4f}" for x in r1] + ["—"] * (4 - len(r1))
     assert "the recipe probe, seed by seed" in "".join(report.probe_html(root, "cpu-ladder"))
+    drawn_losses = {(row["candidate"], int(row["seed"])) for spec in charts_on(at)  # the probe's loss curves
+                    for rows in (spec.get("datasets") or {}).values() for row in rows
+                    if "candidate" in row}  # fmt: skip
+    assert drawn_losses == {(n, s) for n, c in probe["candidates"].items() for s in range(len(c["runs"]))}
     below = all(c["outcome"] == "rejected" for c in probe["candidates"].values())
     assert ("recipe below the bar" in html) == below  # every candidate rejected: the rule's best of them is pending
     probe["adopted"] = "R1"

@@ -56,6 +56,14 @@ if probe := results.probe_rows(table.preset):
             "order; where seeds are missing, the range the mean over seeds 0–3 can still take (docs/gpu-study.md)."
         )
         st.dataframe(probe, hide_index=True)
+        curves = data.probe_losses(table.preset)
+        if len(curves):
+            what = (
+                "Training loss of each probe seed (the manifests' curves, every 1/100 of training), one colour a "
+                "candidate, one dash a seed; dotted: ln 2, a model that cannot tell the two answers apart."
+            )
+            title = f"Recipe probe · training loss · {table.preset}"
+            ui.figure(charts.probe_loss_chart(curves), curves, f"{table.preset}-probe-loss", what, title)
 if verdicts:
     st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
 
