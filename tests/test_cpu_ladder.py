@@ -127,6 +127,36 @@ def test_below_the_bar_trains_the_skipped_seeds_in_order_until_the_best_is_certa
     assert json.loads((store.root / cl.PROBE_FILE).read_text()) == out
 
 
+@pytest.mark.slow
+def test_rungs_under_another_recipe_train_the_lower_rungs_and_the_rules_read_them_alone(tmp_path, monkeypatch):
+    """The path an R2 or R3 adoption takes, at a size the CPU trains in seconds: `cpu_ladder rungs` trains the `cpu`
+    ladder's rungs to 412k again under the adopted recipe, with its own, and the rules read that ladder alone."""
+    from dashboard import results
+    from engine.core import presets
+    from engine.experiments import ladder
+
+    def small(name, task="parity", boundary="norm", arch="looped"):
+        cfg = cpu_ladder(task, boundary, recipe="R2") if name == "cpu-ladder" else preset(name, task, boundary)
+        model = replace(cfg.model, d_model=32, n_heads=2, d_ff=96) if name == "cpu-ladder" else cfg.model
+        train = replace(cfg.train, steps=cfg.train.steps // 100, warmup_steps=5)
+        return replace(cfg, model=model, task=replace(cfg.task, eval_examples=32), train=train)
+
+    monkeypatch.setattr(e5, "preset", small)
+    monkeypatch.setitem(e5.LADDER, "cpu-ladder", ((24, 2, 64, 2, 1), (32, 2, 96, 2, 1)))  # the last: E2's model
+    monkeypatch.setattr(presets, "CPU_LADDER_RECIPE", "R2")
+    store = Store(study_root(tmp_path, "cpu-ladder"))
+    store.root.mkdir(parents=True)
+    (store.root / cl.PROBE_FILE).write_text(json.dumps({"candidates": {}, "adopted": "R2", "below_bar": True}))
+    cl.rungs(store)
+    rows = pd.read_parquet(store.root / "e5-cpu-ladder.parquet")
+    lower = [c.model.n_params for c in e5.ladder("cpu", "parity") if c.train.steps == 20]
+    assert len(lower) == 5 and set(lower) < set(rows["params"]) and rows["params"].nunique() == 7
+    assert {store.manifest(k)["config"]["train"]["lr"] for k in store.run_keys()} == {5e-4}  # R2's, every rung
+    trend = [c for c in ladder.rules(rows, None) if c.claim.startswith("ladder trend")]
+    assert trend and all("over 7 rungs" in c.measured for c in trend), [c.measured for c in trend]
+    assert results.ladder_partner("cpu-ladder", tmp_path) is None  # the `cpu` study's R1 rungs stay out
+
+
 def test_rungs_are_refused_before_the_probe_adopted_the_presets_recipe(tmp_path, capsys):
     assert cl.main(["rungs", "--results", str(tmp_path)]) == 2
     assert "run the probe first" in capsys.readouterr().err
