@@ -82,6 +82,21 @@ def test_collapse_per_rung_takes_the_median_seed_on_each_criterion():
         assert not ladder.collapse(ladder.held_out(ladder.ladder_rows(t, "gpu"))).iloc[0]["collapsed"], knobs
 
 
+def test_the_learned_seeds_trend_leaves_out_seeds_that_never_learned_and_is_reported_only():
+    """A seed at chance run as trained has no damage to lose: the reported companion drops it, the rule keeps it."""
+    learned = e5_table({16_000: [0.1] * 4, 412_288: [0.2] * 4, 19_000_000: [0.3, 0.3, 0.3, 0.3]})
+    chance = e5_table({19_000_000: [0.0, 0.0]}, norm_acc=0.5)  # two 19M seeds (ids 0-1) that never learned
+    rows = pd.concat([learned[~((learned["params"] == 19_000_000) & learned["seed"].isin([0, 1]))], chance])
+    acc = ladder.seed_values(ladder.held_out(ladder.ladder_rows(rows, "cpu")))
+    every, kept = ladder.damage_points(acc, 4), ladder.damage_points(acc, 4, learned_at=4)
+    assert len(every) == 12 and len(kept) == 10
+    assert set(kept.loc[kept["params"] == 19_000_000, "seed"]) == {2, 3}
+    found = {c.claim: c for c in ladder.rules(rows, None)}
+    assert found["trend over learned seeds at n=4"].outcome == "reported"
+    assert "10 of 12 (rung, seed) points" in found["trend over learned seeds at n=4"].measured
+    assert ladder.trend(kept)["slope"] > ladder.trend(every)["slope"]  # the zeros pulled the rule's slope down
+
+
 def test_only_the_common_training_length_and_seeds_0_to_3_enter():
     base = e5_table({16_000: [0.1] * 6, 412_288: [0.1] * 4})
     longer = e5_table({55_000: [0.9] * 4}, steps=4000)  # E5's one longer-trained rung

@@ -12,6 +12,9 @@ the `gpu` study's (412k-19M, on a GPU), parity, norm-trained, seeds 0-3 at every
             state norm's max/min over steps 1..T <= 3; each per seed, then the median over seeds decides, the seed
             furthest from collapse on each criterion beside it.
   bridge    not a claim: per label and n, the Mann-Whitney p of the GPU's seeds against the CPU's at the bridge.
+  learned   not a claim: the trend over the seeds whose `norm` accuracy at T exceeds 0.55 alone, at T and 3T (a seed
+            that never learned scores 0.50 both ways, damage 0); added 2026-12-06 after the 19M probe's seeds, when
+            four of its seven scored 0.50 (docs/gpu-study.md).
 
 The rescale recovery per rung is E5 part 4's rule on each rung (engine.experiments.e5.claims, ladder-only tables).
 """
@@ -58,8 +61,9 @@ def seed_values(held: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
     return held[held["metric"] == metric].drop(columns="metric")
 
 
-def damage_points(acc: pd.DataFrame, n: int) -> pd.DataFrame:
-    """(params, seed, damage) at n: each rung once, the CPU's seeds where both devices ran it."""
+def damage_points(acc: pd.DataFrame, n: int, learned_at: int | None = None) -> pd.DataFrame:
+    """(params, seed, damage) at n: each rung once, the CPU's seeds where both devices ran it. learned_at: only the
+    seeds whose `norm` accuracy at that n exceeds E2 (d)'s collapse accuracy (learned; the reported trend)."""
     at = acc[acc["eval_loops"] == n]
     wide = at.pivot_table(index=["device", "params", "seed"], columns="boundary", values="value").reset_index()
     if not {"norm", "norm->none"} <= set(wide.columns):
@@ -68,6 +72,11 @@ def damage_points(acc: pd.DataFrame, n: int) -> pd.DataFrame:
     wide = wide.dropna(subset=["damage"])
     on_cpu = set(wide.loc[wide["device"] == "cpu", "params"])
     keep = (wide["device"] == "cpu") | ~wide["params"].isin(on_cpu)
+    if learned_at is not None:
+        norm = acc[(acc["eval_loops"] == learned_at) & (acc["boundary"] == "norm")]
+        norm = norm.groupby(["device", "params", "seed"])["value"].mean()
+        learned = norm[norm > paper.SURGERY_COLLAPSE_ACCURACY].index
+        keep &= wide.set_index(["device", "params", "seed"]).index.isin(learned)
     return wide.loc[keep, ["params", "seed", "damage"]].reset_index(drop=True)
 
 
@@ -151,6 +160,18 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Clai
             claim=f"ladder trend at n={n}", text="the surgery's damage against log10(parameters), 16k-19M",
             criterion="normalisation: grows (CI above 0); agreement: no sign (flat)", measured=measured,
             outcome=t["outcome"]))  # fmt: skip
+    for n in (T, 3 * T):  # reported: docs/gpu-study.md's note of 2026-12-06 (fourth session); not a verdict
+        learned = damage_points(acc, n, learned_at=T)
+        t, every = trend(learned), len(damage_points(acc, n))
+        reads = {"grows": "above 0", "shrinks": "below 0", "flat": "across 0"}.get(t["outcome"], "undecided")
+        measured = (f"b = {t['slope']:+.3f} per decade [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] (CI {reads}) over "
+                    f"{len(learned)} of {every} (rung, seed) points, {t['rungs']} rungs")  # fmt: skip
+        out.append(claim(
+            claim=f"trend over learned seeds at n={n}", outcome="reported",
+            text=f"the trend over the seeds whose norm accuracy at T exceeds {paper.SURGERY_COLLAPSE_ACCURACY} "
+            "(a seed that never learned has no damage to lose)",
+            criterion="reported beside the rule, not a verdict (added 2026-12-06, after the 19M probe's seeds)",
+            measured=measured))  # fmt: skip
     for r in collapse(held).itertuples():
         measured = (f"{r.device}: median accuracy {r.accuracy:.3f} (highest seed {r.worst_accuracy:.3f}), top-token "
                     f"share {r.top_token_share:.3f} (lowest {r.worst_share:.3f}), norm ratio {r.norm_ratio:.2f}x "
