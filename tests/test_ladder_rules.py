@@ -95,6 +95,8 @@ def test_the_learned_seeds_trend_leaves_out_seeds_that_never_learned_and_is_repo
     assert found["trend over learned seeds at n=4"].outcome == "reported"
     assert "10 of 12 (rung, seed) points" in found["trend over learned seeds at n=4"].measured
     assert ladder.trend(kept)["slope"] > ladder.trend(every)["slope"]  # the zeros pulled the rule's slope down
+    none_learned = {c.claim: c for c in ladder.rules(e5_table({16_000: [0.0] * 4, 412_288: [0.0] * 4}, 0.5), None)}
+    assert "0 of 8 (rung, seed) points" in none_learned["trend over learned seeds at n=4"].measured
 
 
 def test_only_the_common_training_length_and_seeds_0_to_3_enter():

@@ -90,6 +90,9 @@ def slope(points: pd.DataFrame) -> float:
 def trend(points: pd.DataFrame, resamples: int = RESAMPLES, rng_seed: int = 0) -> dict:
     """The slope of damage against log10(parameters) with its seed-bootstrap CI, and the rule's outcome."""
     seeds = sorted(points["seed"].unique())
+    if not seeds:  # no point (the learned seeds' companion where no seed learned)
+        return dict(slope=float("nan"), ci_low=float("nan"), ci_high=float("nan"), outcome="undecided", seeds=0,
+                    rungs=0, low=0, high=0)  # fmt: skip
     b = slope(points)
     rng = np.random.default_rng(rng_seed)
     by_seed = {s: points[points["seed"] == s] for s in seeds}
