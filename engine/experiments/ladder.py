@@ -14,7 +14,7 @@ the `gpu` study's (412k-19M, on a GPU), parity, norm-trained, seeds 0-3 at every
   bridge    not a claim: per label and n, the Mann-Whitney p of the GPU's seeds against the CPU's at the bridge.
   learned   not a claim: the trend over the seeds whose `norm` accuracy at T exceeds 0.55 alone, at T and 3T (a seed
             that never learned scores 0.50 both ways, damage 0); added 2026-12-06 after the 19M probe's seeds, when
-            four of its seven scored 0.50 (docs/gpu-study.md).
+            three of its seven scored 0.50 (docs/gpu-study.md).
 
 The rescale recovery per rung is E5 part 4's rule on each rung (engine.experiments.e5.claims, ladder-only tables).
 """
@@ -155,8 +155,9 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Clai
     held = held_out(ladder)
     acc = seed_values(held)
     out = []
+    points = {n: damage_points(acc, n) for n in (T, 3 * T)}
     for n in (T, 3 * T):
-        t = trend(damage_points(acc, n))
+        t = trend(points[n])
         measured = (f"b = {t['slope']:+.3f} per decade [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] over {t['rungs']} "
                     f"rungs ({t['low']:,}-{t['high']:,} parameters), {t['seeds']} seeds")  # fmt: skip
         out.append(claim(
@@ -165,7 +166,7 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Clai
             outcome=t["outcome"]))  # fmt: skip
     for n in (T, 3 * T):  # reported: docs/gpu-study.md's note of 2026-12-06 (fourth session); not a verdict
         learned = damage_points(acc, n, learned_at=T)
-        t, every = trend(learned), len(damage_points(acc, n))
+        t, every = trend(learned), len(points[n])
         reads = {"grows": "above 0", "shrinks": "below 0", "flat": "across 0"}.get(t["outcome"], "undecided")
         measured = (f"b = {t['slope']:+.3f} per decade [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] (CI {reads}) over "
                     f"{len(learned)} of {every} (rung, seed) points, {t['rungs']} rungs")  # fmt: skip
