@@ -286,19 +286,20 @@ def recipe_below_bar(study: str, root: Path | None = None) -> str | None:
 
 def probe_rows(study: str, root: Path | None = None) -> list[dict]:
     """A study's recipe probe seed by seed, one row per candidate in the rule's order: its held-out accuracy at n = T
-    per seed ("—" for a seed not run), the range its mean over the four seeds can still take (the seeds not run at 0
-    and at 1.0: what the rule's early stops and its best of three read, engine.experiments.ladder) and its outcome.
+    per seed ("—" for a seed not run), the range its mean over the probe's seeds can still take (as the engine wrote
+    it: the seeds not run at 0 and at 1.0, what the rule's early stops and its best of three read) and its outcome.
     [] where it has none."""
     probe, out = probe_record(study, root), []
+    seeds = (probe or {}).get("seeds", 0)
     for name, c in (probe or {}).get("candidates", {}).items():
         scores = c.get("scores", []) if isinstance(c, dict) else []
-        row = {"candidate": name} | {f"seed {s}": f"{scores[s]:.4f}" if s < len(scores) else "—" for s in range(4)}
-        low, high = sum(scores) / 4, (sum(scores) + 4 - len(scores)) / 4
-        mean = f"{low:.3f}" if len(scores) == 4 else f"{low:.3f}–{high:.3f} ({len(scores)} of 4 seeds)"
-        outcome = c.get("outcome", "?")
+        row = {"candidate": name} | {f"seed {s}": f"{scores[s]:.4f}" if s < len(scores) else "—" for s in range(seeds)}
+        low, high = c.get("mean_range", (float("nan"),) * 2) if isinstance(c, dict) else (float("nan"),) * 2
+        mean = f"{low:.3f}" if len(scores) == seeds else f"{low:.3f}–{high:.3f} ({len(scores)} of {seeds} seeds)"
+        outcome = c.get("outcome", "?") if isinstance(c, dict) else "?"
         if probe.get("adopted") == name:
             outcome = f"{outcome}; adopted as the best (recipe below the bar)" if probe.get("below_bar") else "adopted"
-        out.append(row | {"mean over seeds 0–3": mean, "outcome": outcome})
+        out.append(row | {f"mean over seeds 0–{seeds - 1}": mean, "outcome": outcome})
     return out
 
 
@@ -310,17 +311,18 @@ def probe_record(study: str, root: Path | None) -> dict | None:
         probe = json.loads(path.read_text()) if path and path.is_file() else None
     except (OSError, ValueError):
         return None
-    return probe if isinstance(probe, dict) and isinstance(probe.get("candidates"), dict) else None
+    ok = isinstance(probe, dict) and isinstance(probe.get("candidates"), dict) and isinstance(probe.get("seeds"), int)
+    return probe if ok else None
 
 
 def _probe_scores(probe: dict) -> str:
-    """Each candidate's scores per seed and outcome, with its mean once all four seeds are in."""
+    """Each candidate's scores per seed and outcome, with its mean once all the probe's seeds are in."""
     said = []
     for name, c in probe["candidates"].items():
         if not isinstance(c, dict):
             continue
         scores = c.get("scores", [])
-        mean = f", mean {sum(scores) / len(scores):.2f}" if len(scores) == 4 else ""
+        mean = f", mean {sum(scores) / len(scores):.2f}" if len(scores) == probe["seeds"] else ""
         said.append(f"{name}: {', '.join(f'{x:.2f}' for x in scores)} ({c.get('outcome', '?')}{mean})")
     return "; ".join(said)
 

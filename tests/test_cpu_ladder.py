@@ -124,6 +124,7 @@ def test_below_the_bar_trains_the_skipped_seeds_in_order_until_the_best_is_certa
     assert trained == [("R1", 2), ("R1", 3), ("R2", 2), ("R2", 3), ("R3", 1)]
     assert out["adopted"] == "R2" and out["below_bar"] is True
     assert out["candidates"]["R3"]["scores"] == [0.684, 0.5] and out["candidates"]["R3"]["outcome"] == "rejected"
+    assert out["candidates"]["R3"]["mean_range"] == [0.296, 0.796]  # as the dashboard shows it: what the rule read
     assert json.loads((store.root / cl.PROBE_FILE).read_text()) == out
 
 
@@ -245,6 +246,7 @@ def test_ship_brings_the_record_up_to_the_seeds_trained_after_it(tmp_path, monke
     seed1 = round(cl.recipe_score(store.load_rows(tiny("R1").run_key(1))), 4)
     assert got["scores"] == [json.loads(written)["candidates"]["R1"]["scores"][0], seed1]
     assert got["runs"] == [tiny("R1").run_key(s) for s in (0, 1)] and got["outcome"] == "rejected"
+    assert got["mean_range"] == [round(sum(got["scores"]) / 4, 4), round((sum(got["scores"]) + 2) / 4, 4)]
     assert (source.root / cl.PROBE_FILE).read_bytes() == written  # the pieces' own record is left as it was
 
 

@@ -369,6 +369,10 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert [r["candidate"] for r in seen] == list(probe["candidates"]) and at.expander
     r1 = probe["candidates"]["R1"]["scores"]
     assert [seen[0][f"seed {s}"] for s in range(4)] == [f"{x:.4f}" for x in r1] + ["—"] * (4 - len(r1))
+    for row, c in zip(seen, probe["candidates"].values(), strict=True):  # the range the rule read, as written
+        low, high = c["mean_range"]
+        assert row["mean over seeds 0–3"] == (f"{low:.3f}" if low == high else f"{low:.3f}–{high:.3f} "
+                                               f"({len(c['scores'])} of 4 seeds)")  # fmt: skip
     assert "the recipe probe, seed by seed" in "".join(report.probe_html(root, "cpu-ladder"))
     drawn_losses = {(row["candidate"], int(row["seed"])) for spec in charts_on(at)  # the probe's loss curves
                     for rows in (spec.get("datasets") or {}).values() for row in rows

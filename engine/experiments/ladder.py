@@ -221,14 +221,20 @@ def recipe_outcome(scores: list[float], seeds: int = LADDER_SEEDS, rule: float =
     return "open"
 
 
+def mean_range(scores: list[float], seeds: int = LADDER_SEEDS) -> tuple[float, float]:
+    """The range a candidate's mean over `seeds` seeds can still take, given its seeds so far: every remaining seed
+    at 0, and every remaining seed at 1.0 (one number once all are in)."""
+    return sum(scores) / seeds, (sum(scores) + seeds - len(scores)) / seeds
+
+
 def best_candidate(scores: dict[str, list[float]], seeds: int = LADDER_SEEDS) -> str | None:
     """Where no candidate reaches the bar, the rule adopts the best of them: the highest mean held-out accuracy at
     n = T over `seeds` seeds (the earlier candidate on a tie). `scores`: each candidate's seeds so far, in the rule's
     order. The best once it is certain (docs/gpu-study.md, 2026-12-06): its lowest possible mean (every remaining seed
     at 0) reaches every earlier candidate's highest possible one (every remaining seed at 1.0) and exceeds every later
     one's; None while it is not."""
-    low = {name: sum(s) / seeds for name, s in scores.items()}
-    high = {name: (sum(s) + seeds - len(s)) / seeds for name, s in scores.items()}
+    low = {name: mean_range(s, seeds)[0] for name, s in scores.items()}
+    high = {name: mean_range(s, seeds)[1] for name, s in scores.items()}
     names = list(scores)
     for i, name in enumerate(names):
         if all(low[name] > high[o] if j < i else low[name] >= high[o] for j, o in enumerate(names) if o != name):

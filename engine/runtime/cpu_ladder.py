@@ -36,7 +36,7 @@ from engine.core.presets import GPU_RECIPES, RunConfig, cpu_ladder, study_root
 from engine.core.store import Store, atomic_write, git_state, utc_now
 from engine.errors import UsageError, explain
 from engine.experiments import e5
-from engine.experiments.ladder import RECIPE_RULE, best_candidate, recipe_outcome, recipe_score
+from engine.experiments.ladder import RECIPE_RULE, best_candidate, mean_range, recipe_outcome, recipe_score
 from engine.experiments.runs import RECIPE_PROBE_FILE as PROBE_FILE
 from engine.experiments.runs import Live, check_recipe_adopted, live
 
@@ -72,14 +72,18 @@ def scored(name: str, seed: int, store: Store, why: str) -> tuple[float, float]:
 
 
 def entry(name: str, scores: list[float]) -> dict:
-    """A candidate's seeds so far in the probe's record: their scores and run keys."""
-    return dict(scores=[round(s, 4) for s in scores], runs=[candidate(name).run_key(s) for s in SEEDS[: len(scores)]])
+    """A candidate's seeds so far in the probe's record: their scores, run keys, and the range its mean over the
+    probe's seeds can still take (engine.experiments.ladder.mean_range: what the rule's early stops and its best of
+    three read; the dashboard shows it as written)."""
+    return dict(scores=[round(s, 4) for s in scores], runs=[candidate(name).run_key(s) for s in SEEDS[: len(scores)]],
+                mean_range=[round(x, 4) for x in mean_range(scores, len(SEEDS))])  # fmt: skip
 
 
 def caught_up(store: Store, record: dict) -> dict:
     """The record with the seeds that finished after it was written (the skipped seeds' driver,
     dev/studies/cpu-ladder/skipped_seeds.py, trains them outside the probe) read back from `store`, each candidate's
     in seed order while the next seed is cached; nothing computed, the outcomes and the adoption left as they are."""
+    record["seeds"] = len(SEEDS)
     for name, c in record["candidates"].items():
         scores = list(c["scores"])
         while len(scores) < len(SEEDS) and store.status(key := candidate(name).run_key(len(scores))) == "ok":
@@ -98,7 +102,7 @@ def probe(store: Store, names: list[str]) -> dict:
     """The rule applied candidate by candidate and seed by seed; the record is rewritten after every seed."""
     commit, dirty = git_state()
     record = dict(rule=f"mean held-out accuracy at n = T over seeds 0-3 >= {RECIPE_RULE}", commit=commit,
-                  dirty=dirty, candidates={}, adopted=None)  # fmt: skip
+                  dirty=dirty, seeds=len(SEEDS), candidates={}, adopted=None)  # fmt: skip
     for name in names:
         scores: list[float] = []
         outcome = "open"
