@@ -35,6 +35,9 @@ GPU_STUDIES = ("gpu", "gpu-smoke")  # the studies designed for a GPU (the others
 # A GPU study's ladder continues a CPU study's, on the same task and budget T (docs/gpu-study.md: the bridge
 # rung runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
 LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu", "cpu-ladder": "cpu"}
+# A study's recipe probe record, in its folder: engine.experiments.runs.RECIPE_PROBE_FILE (repeated here as
+# OWN_FOLDER is; tests/test_cpu_ladder.py checks that the two agree)
+RECIPE_PROBE_FILE = "recipe-probe.json"
 # A study whose recipe a probe adopts (<study folder>/recipe-probe.json): the recipe its partner's rungs were trained
 # with. The partner continues its ladder only if the probe adopted the same one; else the study trains those rungs
 # itself (engine.experiments.e5.continues, which compares the configs; tests/test_cpu_ladder.py checks they agree)
@@ -306,7 +309,7 @@ def probe_rows(study: str, root: Path | None = None) -> list[dict]:
 def probe_record(study: str, root: Path | None) -> dict | None:
     """A study's recipe-probe.json (engine.runtime.cpu_ladder), None where it has none or it is unreadable."""
     folder = OWN_FOLDER.get(study)
-    path = (Path(root) if root is not None else results_root()) / folder / "recipe-probe.json" if folder else None
+    path = (Path(root) if root is not None else results_root()) / folder / RECIPE_PROBE_FILE if folder else None
     try:
         probe = json.loads(path.read_text()) if path and path.is_file() else None
     except (OSError, ValueError):

@@ -59,6 +59,7 @@ def test_the_lower_rungs_are_the_cpu_study_s_only_under_its_recipe(monkeypatch):
         assert [c.model.n_params for c in rungs] == [*([] if same else lower), 1_627_392, 5_342_592, 19_024_384]
         assert {replace(c.train, group_size=1) for c in rungs} == {replace(own().train, group_size=1)}
         assert rungs[-1] == own()  # the top rung is E2's config, as before
+    assert results.RECIPE_PROBE_FILE == cl.PROBE_FILE  # where the dashboard reads the record the probe writes
 
 
 REAL_CANDIDATE = cl.candidate
