@@ -293,13 +293,16 @@ def probe_rows(study: str, root: Path | None = None) -> list[dict]:
     it: the seeds not run at 0 and at 1.0, what the rule's early stops and its best of three read) and its outcome.
     [] where it has none."""
     probe, out = probe_record(study, root), []
-    seeds = (probe or {}).get("seeds", 0)
-    for name, c in (probe or {}).get("candidates", {}).items():
-        scores = c.get("scores", []) if isinstance(c, dict) else []
+    candidates = {n: c for n, c in (probe or {}).get("candidates", {}).items() if isinstance(c, dict)}
+    # a record written before it carried `seeds` and `mean_range` (2026-12-06): its scores, and no range
+    seeds = probe.get("seeds") or max(len(c.get("scores", [])) for c in candidates.values()) if candidates else 0
+    for name, c in candidates.items():
+        scores = c.get("scores", [])
         row = {"candidate": name} | {f"seed {s}": f"{scores[s]:.4f}" if s < len(scores) else "—" for s in range(seeds)}
-        low, high = c.get("mean_range", (float("nan"),) * 2) if isinstance(c, dict) else (float("nan"),) * 2
-        mean = f"{low:.3f}" if len(scores) == seeds else f"{low:.3f}–{high:.3f} ({len(scores)} of {seeds} seeds)"
-        outcome = c.get("outcome", "?") if isinstance(c, dict) else "?"
+        low, high = c.get("mean_range") or (None, None)
+        mean = ("—" if low is None else f"{low:.3f}" if len(scores) == seeds
+                else f"{low:.3f}–{high:.3f} ({len(scores)} of {seeds} seeds)")  # fmt: skip
+        outcome = c.get("outcome", "?")
         if probe.get("adopted") == name:
             outcome = f"{outcome}; adopted as the best (recipe below the bar)" if probe.get("below_bar") else "adopted"
         out.append(row | {f"mean over seeds 0–{seeds - 1}": mean, "outcome": outcome})
@@ -314,8 +317,7 @@ def probe_record(study: str, root: Path | None) -> dict | None:
         probe = json.loads(path.read_text()) if path and path.is_file() else None
     except (OSError, ValueError):
         return None
-    ok = isinstance(probe, dict) and isinstance(probe.get("candidates"), dict) and isinstance(probe.get("seeds"), int)
-    return probe if ok else None
+    return probe if isinstance(probe, dict) and isinstance(probe.get("candidates"), dict) else None
 
 
 def _probe_scores(probe: dict) -> str:
@@ -325,7 +327,7 @@ def _probe_scores(probe: dict) -> str:
         if not isinstance(c, dict):
             continue
         scores = c.get("scores", [])
-        mean = f", mean {sum(scores) / len(scores):.2f}" if len(scores) == probe["seeds"] else ""
+        mean = f", mean {sum(scores) / len(scores):.2f}" if len(scores) == probe.get("seeds") else ""
         said.append(f"{name}: {', '.join(f'{x:.2f}' for x in scores)} ({c.get('outcome', '?')}{mean})")
     return "; ".join(said)
 

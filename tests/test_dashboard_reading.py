@@ -331,6 +331,24 @@ def test_streamlits_untitled_chart_png_is_hidden(monkeypatch):
     assert f"label:`{hide.group(1)}`" in chart and "stElementToolbar`" in toolbar
 
 
+def test_a_probe_record_from_before_its_ranges_still_holds_its_rung_back(tmp_path):
+    """A record written before the probe stored `seeds` and `mean_range` (2026-12-06): its scores, no range (the
+    dashboard does not recompute the rule's), and its open probe still keeps the rung out."""
+    from dashboard import results
+
+    probe = json.loads((SHIPPED / "cpu-ladder" / "recipe-probe.json").read_text())
+    del probe["seeds"]
+    for c in probe["candidates"].values():
+        del c["mean_range"]
+    probe["adopted"] = None
+    (tmp_path / "cpu-ladder").mkdir()
+    (tmp_path / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
+    rows = results.probe_rows("cpu-ladder", tmp_path)
+    assert [r["candidate"] for r in rows] == list(probe["candidates"])
+    assert {r["mean over seeds 0–3"] for r in rows} == {"—"}
+    assert results.probe_open("cpu-ladder", tmp_path).startswith("The `cpu-ladder` study's recipe probe has adopted no")
+
+
 def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(monkeypatch, tmp_path):
     """The CPU ladder's study before its recipe probe adopts a recipe: its own 19M rows are a rejected candidate's
     probe runs. The E5 page and the report say so, draw the ladder without them and show no verdict of the rules;
