@@ -294,8 +294,10 @@ def probe_rows(study: str, root: Path | None = None) -> list[dict]:
     [] where it has none."""
     probe, out = probe_record(study, root), []
     candidates = {n: c for n, c in (probe or {}).get("candidates", {}).items() if isinstance(c, dict)}
+    if not candidates:
+        return out
     # a record written before it carried `seeds` and `mean_range` (2026-12-06): its scores, and no range
-    seeds = probe.get("seeds") or max(len(c.get("scores", [])) for c in candidates.values()) if candidates else 0
+    seeds = probe.get("seeds") or max(len(c.get("scores", [])) for c in candidates.values())
     for name, c in candidates.items():
         scores = c.get("scores", [])
         row = {"candidate": name} | {f"seed {s}": f"{scores[s]:.4f}" if s < len(scores) else "—" for s in range(seeds)}

@@ -231,12 +231,12 @@ def best_candidate(scores: dict[str, list[float]], seeds: int = LADDER_SEEDS) ->
     """Where no candidate reaches the bar, the rule adopts the best of them: the highest mean held-out accuracy at
     n = T over `seeds` seeds (the earlier candidate on a tie). `scores`: each candidate's seeds so far, in the rule's
     order. The best once it is certain (docs/gpu-study.md, 2026-12-06): its lowest possible mean (every remaining seed
-    at 0) reaches every earlier candidate's highest possible one (every remaining seed at 1.0) and exceeds every later
-    one's; None while it is not."""
-    low = {name: mean_range(s, seeds)[0] for name, s in scores.items()}
-    high = {name: mean_range(s, seeds)[1] for name, s in scores.items()}
+    at 0) exceeds every earlier candidate's highest possible one (every remaining seed at 1.0) and reaches every later
+    one's, so that an exact tie goes to the earlier candidate; None while it is not."""
+    ranges = {name: mean_range(s, seeds) for name, s in scores.items()}  # (lowest, highest) possible mean
     names = list(scores)
     for i, name in enumerate(names):
-        if all(low[name] > high[o] if j < i else low[name] >= high[o] for j, o in enumerate(names) if o != name):
+        low = ranges[name][0]
+        if all(low > ranges[o][1] if j < i else low >= ranges[o][1] for j, o in enumerate(names) if o != name):
             return name
     return None
