@@ -101,7 +101,7 @@ def save(store: Store, record: dict) -> None:
 def probe(store: Store, names: list[str]) -> dict:
     """The rule applied candidate by candidate and seed by seed; the record is rewritten after every seed."""
     commit, dirty = git_state()
-    record = dict(rule=f"mean held-out accuracy at n = T over seeds 0-3 >= {RECIPE_RULE}", commit=commit,
+    record = dict(rule=f"mean held-out accuracy at n = T over seeds 0-{SEEDS[-1]} >= {RECIPE_RULE}", commit=commit,
                   dirty=dirty, seeds=len(SEEDS), candidates={}, adopted=None)  # fmt: skip
     for name in names:
         scores: list[float] = []
