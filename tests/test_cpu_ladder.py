@@ -104,7 +104,7 @@ def test_best_of_the_candidates_once_it_is_certain():
     assert best_candidate({"R1": [0.9, 0.5, 0.5, 0.5], "R2": [0.96, 0.5, 0.9, 0.9], "R3": [0.68, 0.6]}) is None
     assert best_candidate({"R1": [0.5] * 4, "R2": [0.5] * 4}) == "R1"  # a tie: the earlier candidate
     assert best_candidate({"R1": [0.5] * 4, "R2": [0.5] * 3}) is None  # R2's last seed could still pass R1
-    assert best_candidate({"R1": [0.5] * 3, "R2": [0.5] * 4}) is None  # R1's last seed could still tie, and win
+    assert best_candidate({"R1": [0.5] * 3, "R2": [0.5] * 4}) is None  # R1's last seed could still reach R2, and win
     # a possible exact tie decides nothing for the later candidate, and everything for the earlier one
     assert best_candidate({"R1": [0.5] * 3, "R2": [0.625] * 4}) is None  # R1's last seed at 1.0 ties, and wins it
     assert best_candidate({"R1": [0.625] * 4, "R2": [0.5] * 3}) == "R1"  # R2 at best ties, and loses it
