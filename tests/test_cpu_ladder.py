@@ -35,7 +35,9 @@ def test_the_preset_is_the_paper_model_one_seed_a_group_in_its_own_folder(tmp_pa
     assert cl.candidate(CPU_LADDER_RECIPE) == cfg
     assert study_root(tmp_path, "cpu-ladder") == tmp_path / "cpu-ladder"
     rungs = [c.model.n_params for c in e5.ladder("cpu-ladder", "parity")]
-    assert rungs == [1_627_392, 5_342_592, 19_024_384]
+    lower = [c.model.n_params for c in e5.ladder("cpu", "parity") if c.train.steps == 2000]  # the `cpu` study's R1
+    assert rungs == [*(lower if CPU_LADDER_RECIPE != "R1" else []), 1_627_392, 5_342_592, 19_024_384]
+    assert len(rungs) == 8 and CPU_LADDER_RECIPE == "R3"  # the probe adopted R3 (cached_results/cpu-ladder)
     assert {c.train.group_size for c in e5.ladder("cpu-ladder", "parity")} == {1}
     assert e5.ladder_only("cpu-ladder") and e5.rescaled("cpu-ladder", cfg)
     with pytest.raises(ValueError, match="parity only"):
@@ -252,6 +254,9 @@ def test_ship_brings_the_record_up_to_the_seeds_trained_after_it(tmp_path, monke
     assert got["runs"] == [tiny("R1").run_key(s) for s in (0, 1)] and got["outcome"] == "rejected"
     assert got["mean_range"] == [round(sum(got["scores"]) / 4, 4), round((sum(got["scores"]) + 2) / 4, 4)]
     assert (source.root / cl.PROBE_FILE).read_bytes() == written  # the pieces' own record is left as it was
+    record = json.loads(written)  # a candidate with no new seed keeps the range the probe wrote, from unrounded scores
+    record["candidates"]["R1"]["mean_range"] = [0.123, 0.456]
+    assert cl.caught_up(Store(tmp_path / "empty"), record)["candidates"]["R1"]["mean_range"] == [0.123, 0.456]
 
 
 def test_list_says_where_a_resumed_run_s_wall_time_counts_from(capsys):
