@@ -264,13 +264,19 @@ def test_e3s_reference_levels_are_named_in_the_legend_not_on_the_curves(monkeypa
 
 
 @needs_shipped
-def test_the_ladders_y_domain_holds_every_ci_bound(monkeypatch):
+def test_the_ladders_y_domain_holds_every_ci_bound(monkeypatch, tmp_path):
     """E5's ladder (and the rescale recovery per rung): every CI bound inside the y domain, with room (a bound on the
     frame reads as cut), every rung and the paper's rule inside the x domain; the PNG export draws the same spec."""
+    import shutil
+
     from dashboard import charts
     from tests.test_dashboard import charts_on
 
-    at = render(monkeypatch, SHIPPED, "agreement", preset="cpu", level="hardest held-out")
+    root = tmp_path / "results"  # the `cpu` page with the 19M rung beside its own, as while the CPU ladder's probe
+    shutil.copytree(SHIPPED, root, ignore=shutil.ignore_patterns("runs", "refits", "jobs", "locks"))  # read R1
+    probe = json.loads((root / "cpu-ladder" / "recipe-probe.json").read_text())
+    (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe | dict(adopted="R1", below_bar=False)))
+    at = render(monkeypatch, root, "agreement", preset="cpu", level="hardest held-out")
     ladders = [spec for spec in charts_on(at) if "ci" in {lay.get("name") for lay in spec["layer"]}]
     assert len(ladders) == 2  # the surgery's damage per rung, the rescale's recovery per rung
     for spec in ladders:
