@@ -235,6 +235,27 @@ def test_ship_copies_finished_runs_weightless_and_builds_the_table_without_compu
     assert cl.ship(source, store) == []  # a second ship copies nothing
 
 
+def test_ship_leaves_a_trained_but_unevaluated_run_behind_and_replaces_one_shipped_so(tmp_path, monkeypatch):
+    """A run is `ok` once trained, before its surgery rows: three 55k seeds were shipped in that gap (2026-12-06)."""
+    import shutil
+
+    from engine.experiments.runs import ensure_runs
+
+    monkeypatch.setattr(cl, "candidate", tiny)
+    monkeypatch.setattr(e5, "ladder", lambda preset_name, task: [tiny("R1")])
+    monkeypatch.setattr(e5, "preset", lambda name, task="parity", boundary="norm": tiny("R1"))
+    source = Store(study_root(tmp_path / "pieces", "cpu-ladder"))
+    (key,) = ensure_runs(tiny("R1"), [1], source, "e2", progress=False)  # trained; the surgery not run yet
+    assert source.status(key) == "ok" and not e5.evaluated("cpu-ladder", tiny("R1"), source.load_rows(key))
+    store = Store(study_root(tmp_path / "repo", "cpu-ladder"))
+    assert cl.ship(source, store) == [] and store.status(key) != "ok"
+    shutil.copytree(source.run_dir(key), store.run_dir(key))  # as shipped before this mend
+    cl.piece(tiny("R1"), 1, source)  # the surgery and the rescale finish in the pieces' folder
+    assert cl.ship(source, store) == [key]
+    assert e5.evaluated("cpu-ladder", tiny("R1"), store.load_rows(key))
+    assert {"norm->none", "norm->rescale"} <= set(store.load_rows(key)["boundary"])
+
+
 def test_ship_brings_the_record_up_to_the_seeds_trained_after_it(tmp_path, monkeypatch):
     """The skipped seeds' driver trains seeds outside the probe: the shipped record lists them, in seed order."""
     monkeypatch.setattr(cl, "candidate", tiny)

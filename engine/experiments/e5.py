@@ -184,6 +184,16 @@ def ensure(preset_name: str, cfg: RunConfig, label: str, seeds, store: Store, de
     return keys
 
 
+def evaluated(preset_name: str, cfg: RunConfig, rows: pd.DataFrame) -> bool:
+    """Whether a trained run's rows hold all that ensure() adds to them: the other run mode at n = 1..max_eval_loops
+    and, where rescaled(), the rescale surgery's. A run is trained (its status `ok`) before these are added; three 55k
+    seeds were shipped in that gap without them (found 2026-12-06), so cpu_ladder.ship asks this first."""
+    trained = cfg.model.boundary
+    labels = [f"{trained}->{'none' if trained == 'norm' else 'norm'}"]
+    labels += ["norm->rescale"] if rescaled(preset_name, cfg) else []
+    return all(rows.loc[rows["boundary"] == label, "eval_loops"].max() >= cfg.max_eval_loops for label in labels)
+
+
 def run(
     preset_name: str, seeds: list[int], store: Store, device: str = "cpu", tasks=TASKS, progress: bool = True,
     compute: Callable[[RunConfig], bool] | None = None,

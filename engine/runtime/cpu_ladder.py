@@ -19,7 +19,7 @@ step is cached: a second run of a finished stage computes nothing.
           --results: each run folder copied without its weights (76 MB a seed at 19M; `loopscope restore KEY`
           retrains one bit for bit on a machine of the kind that made it), the probe's record (with the seeds that
           finished after it was written: caught_up), and the e5-cpu-ladder table rebuilt from what is stored
-          (nothing computed). Part-trained runs stay behind.
+          (nothing computed). Runs not yet trained and evaluated stay behind.
 
     python -m engine.runtime.cpu_ladder probe|rungs [--results cached_results] [--candidates R1,R2,R3]
     python -m engine.runtime.cpu_ladder ship --source DIR [--results cached_results]
@@ -161,15 +161,26 @@ def rungs(store: Store) -> None:
 
 
 def ship(source: Store, store: Store) -> list[str]:
-    """Copy source's finished runs that `store` lacks (weightless) and the probe's record; rebuild the table from the
-    stored runs without computing anything. Returns the run keys copied."""
+    """Copy source's finished runs (trained and evaluated: e5.evaluated) that `store` lacks or holds unfinished,
+    weightless, and the probe's record; rebuild the table from the stored runs without computing anything. Returns
+    the run keys copied."""
     import shutil
 
     from engine.runtime.gpu_pack import swap_into
 
-    copied = []
+    configs = {cfg.run_key(s): cfg for cfg, _ in e5.trainings(PRESET, ("parity",)) for s in SEEDS}
+    configs |= {candidate(name).run_key(s): candidate(name) for name in GPU_RECIPES for s in SEEDS}
+
+    def finished(where: Store, key: str) -> bool:  # trained and evaluated as the study evaluates it (e5.evaluated)
+        cfg = configs.get(key)
+        return cfg is not None and where.status(key) == "ok" and e5.evaluated(PRESET, cfg, where.load_rows(key))
+
+    copied, behind = [], []
     for key in source.run_keys():
-        if source.status(key) != "ok" or store.status(key) == "ok":
+        if finished(store, key):
+            continue
+        if not finished(source, key):
+            behind.append(key)
             continue
         staged = Store(store.root / f".ship-{key}")  # weightless before it enters the results folder
         shutil.rmtree(staged.root, ignore_errors=True)
@@ -180,6 +191,8 @@ def ship(source: Store, store: Store) -> list[str]:
         finally:
             shutil.rmtree(staged.root, ignore_errors=True)
         copied.append(key)
+    if behind:
+        say(f"left behind, not finished (training, or the evaluation that follows it): {' '.join(behind)}")
     if (source.root / PROBE_FILE).is_file():  # with the seeds that finished since it was written, as shipped
         written = (source.root / PROBE_FILE).read_bytes()
         record = caught_up(store, json.loads(written))
