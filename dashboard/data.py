@@ -556,7 +556,7 @@ def _ladder_rules(preset_name: str, partner: str | None, state: tuple) -> pd.Dat
     from engine.experiments import ladder
 
     tables = results.by_device({p: _engine_rows("e5", p) for p in (preset_name, partner) if p})
-    return pd.DataFrame(ladder.rules(tables.get("cpu"), tables.get("gpu")))
+    return pd.DataFrame(ladder.rules(tables.get("cpu"), tables.get("gpu"), ladder.every_rung(preset_name)))
 
 
 def ladder_rules(preset_name: str) -> pd.DataFrame:

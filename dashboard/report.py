@@ -602,7 +602,7 @@ def ladder_rules_html(root: Path, study: str) -> list[str]:
     below_bar = results.recipe_below_bar(study, root)
     partner = results.ladder_partner(study, root)
     tables = results.by_device({p: pd.read_parquet(results.table_path(root, "e5", p)) for p in (study, partner) if p})
-    rules = ladder.rules(tables.get("cpu"), tables.get("gpu"))
+    rules = ladder.rules(tables.get("cpu"), tables.get("gpu"), ladder.every_rung(study))
     return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run "
             "(docs/gpu-study.md, “Predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
             f"seeds.</p>" + (f"<p>{_md(below_bar)}</p>" if below_bar else "")

@@ -130,3 +130,23 @@ def test_the_rescale_rule_per_rung_needs_3_of_4_damaged_seeds():
     rescale = lambda t: {c.claim: c.outcome for c in e5.judge(e5.summarize(t))}["rescale 412,288 params"]  # noqa: E731
     assert rescale(table([0.3, 0.3, 0.3, 0.0])) == "agreement"
     assert rescale(table([0.3, 0.3, 0.0, 0.0])) == "undecided"
+
+
+def test_a_part_trained_ladder_decides_neither_the_trend_nor_a_short_rungs_collapse():
+    """The `cpu-ladder` page read "flat" over 3 of its 8 rungs while the others trained (2026-12-06)."""
+    seeds = np.array([0.0, 0.02, -0.01, 0.01])
+    table = e5_table({p: list(0.1 * np.log10(p) + seeds) for p in (16_000, 412_288, 19_000_000)})
+    assert outcomes(ladder.rules(table, None))["ladder trend at n=4"] == "grows"  # read as it stands
+    every = (16_000, 55_000, 412_288, 19_000_000)
+    found = {c.claim: c for c in ladder.rules(table, None, every)}
+    assert found["ladder trend at n=4"].outcome == found["ladder trend at n=12"].outcome == "undecided"
+    assert "1 of the 4 rungs still short (55,000 parameters)" in found["ladder trend at n=4"].measured
+    assert found["collapse 412,288 params (cpu)"].outcome == "no collapse"  # four seeds: decided
+    short = table[~((table["params"] == 19_000_000) & (table["seed"] == 3))]
+    found = {c.claim: c for c in ladder.rules(short, None, (16_000, 412_288, 19_000_000))}
+    assert found["collapse 19,000,000 params (cpu)"].outcome == "undecided"
+    assert "(19,000,000 parameters)" in found["ladder trend at n=4"].measured
+    complete = {c.claim: c.outcome for c in ladder.rules(table, None, (16_000, 412_288, 19_000_000))}
+    assert complete["ladder trend at n=4"] == "grows"
+    assert len(ladder.every_rung("cpu-ladder")) == 8 and ladder.every_rung("gpu-smoke") is None
+    assert ladder.every_rung("cpu") == ladder.every_rung("gpu") == ladder.every_rung("cpu-ladder")

@@ -142,9 +142,32 @@ def bridge(acc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Claim]:
+LADDER_STUDIES = ("cpu", "gpu", "cpu-ladder")  # the studies whose ladders the rules read, 16k-19M
+
+
+def every_rung(preset_name: str) -> tuple[int, ...] | None:
+    """The rungs the rules read, by parameters, for a study of the GPU study's ladder: every rung of E5's `cpu` ladder
+    and of the GPU study's, 16k-19M (the eight `cpu-ladder` trains); None for any other study (no rung is awaited)."""
+    from engine.experiments.e5 import ladder
+
+    if preset_name not in LADDER_STUDIES:
+        return None
+    return tuple(sorted({cfg.model.n_params for p in ("cpu", "gpu") for cfg in ladder(p, "parity")}))
+
+
+def missing(acc: pd.DataFrame, every: tuple[int, ...] | None) -> list[int]:
+    """The rungs of `every` without all of SEEDS run as trained and without the norm (acc: seed_values' rows)."""
+    have = acc[acc["boundary"].isin(["norm", "norm->none"])].groupby("params")["seed"].nunique()
+    return [p for p in every or () if have.get(p, 0) < len(SEEDS)]
+
+
+def rules(
+    cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None, every: tuple[int, ...] | None = None
+) -> list[Claim]:
     """The cross-device rules (docs/gpu-study.md) as claims (E5's, paired, at the held-out mean): the trend at T and 3T,
-    collapse per rung, the bridge (reported). Either table may be missing: what it needs is then "not run"."""
+    collapse per rung, the bridge (reported). Either table may be missing: what it needs is then "not run". With
+    `every` (every_rung: the rungs the rule reads), the trend is undecided until each of them has its four seeds, and
+    a rung's collapse until it has them: a ladder part-trained decides nothing (seen 2026-12-06: "flat", 3 rungs)."""
     frames = [ladder_rows(t, d) for t, d in ((cpu_e5, "cpu"), (gpu_e5, "gpu")) if t is not None and len(t)]
     ladder = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     claim = partial(Claim, experiment="e5", task="parity", analysis="paired", level=MEAN, beyond_paper=True,
@@ -156,14 +179,18 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Clai
     acc = seed_values(held)
     out = []
     points = {n: damage_points(acc, n) for n in (T, 3 * T)}
+    waiting = missing(acc, every)
+    awaited = (f"; part-trained, undecided until every rung has its {len(SEEDS)} seeds: {len(waiting)} of the "
+               f"{len(every or ())} rungs still short ({', '.join(f'{p:,}' for p in waiting)} parameters)")  # fmt: skip
     for n in (T, 3 * T):
         t = trend(points[n])
         measured = (f"b = {t['slope']:+.3f} per decade [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] over {t['rungs']} "
                     f"rungs ({t['low']:,}-{t['high']:,} parameters), {t['seeds']} seeds")  # fmt: skip
         out.append(claim(
             claim=f"ladder trend at n={n}", text="the surgery's damage against log10(parameters), 16k-19M",
-            criterion="normalisation: grows (CI above 0); agreement: no sign (flat)", measured=measured,
-            outcome=t["outcome"]))  # fmt: skip
+            criterion="normalisation: grows (CI above 0); agreement: no sign (flat)",
+            measured=measured + (awaited if waiting else ""),
+            outcome="undecided" if waiting else t["outcome"]))  # fmt: skip
     for n in (T, 3 * T):  # reported: docs/gpu-study.md's note of 2026-12-06 (fourth session); not a verdict
         learned = damage_points(acc, n, learned_at=T)
         t, every = trend(learned), len(points[n])
@@ -180,10 +207,12 @@ def rules(cpu_e5: pd.DataFrame | None, gpu_e5: pd.DataFrame | None) -> list[Clai
         measured = (f"{r.device}: median accuracy {r.accuracy:.3f} (highest seed {r.worst_accuracy:.3f}), top-token "
                     f"share {r.top_token_share:.3f} (lowest {r.worst_share:.3f}), norm ratio {r.norm_ratio:.2f}x "
                     f"(highest {r.worst_ratio:.2f}x) over {r.seeds} seeds")  # fmt: skip
+        short = every is not None and r.seeds < len(SEEDS)  # a rung part-trained
         out.append(claim(
             claim=f"collapse {r.params:,} params ({r.device})", text="E2 (d)'s collapse at n = T on this rung",
-            criterion="normalisation: collapse at 19M; agreement: no collapse needed", measured=measured,
-            outcome="collapses" if r.collapsed else "no collapse"))  # fmt: skip
+            criterion="normalisation: collapse at 19M; agreement: no collapse needed",
+            measured=measured + (f"; undecided until the rung has its {len(SEEDS)} seeds" if short else ""),
+            outcome="undecided" if short else "collapses" if r.collapsed else "no collapse"))  # fmt: skip
     b = bridge(acc)
     for (params, label), g in b.groupby(["params", "boundary"]) if len(b) else ():
         low = g.loc[g["mann_whitney_p"].idxmin()]
