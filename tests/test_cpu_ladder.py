@@ -164,6 +164,31 @@ def test_rungs_under_another_recipe_train_the_lower_rungs_and_the_rules_read_the
     assert results.ladder_partner("cpu-ladder", tmp_path) is None  # the `cpu` study's R1 rungs stay out
 
 
+def test_a_share_of_the_rungs_trains_and_evaluates_its_own_seeds_whole_on_its_share_of_the_threads(
+    tmp_path, monkeypatch, capsys
+):
+    import torch
+
+    monkeypatch.setattr(e5, "trainings", lambda preset_name, tasks: [(tiny("R1"), "e2")])
+    monkeypatch.setattr(cl, "check_study_precision", lambda *a: None)
+    store = Store(study_root(tmp_path, "cpu-ladder"))
+    store.root.mkdir(parents=True)
+    (store.root / cl.PROBE_FILE).write_text(json.dumps({"candidates": {}, "adopted": CPU_LADDER_RECIPE}))
+    threads = torch.get_num_threads()
+    try:
+        cl.rungs(store, (1, 2))
+        assert torch.get_num_threads() == max(1, (__import__("os").cpu_count() or 1) // 2)
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(store.run_keys()) == sorted(tiny("R1").run_key(s) for s in (1, 3))
+    assert all(e5.evaluated("cpu-ladder", tiny("R1"), store.load_rows(k)) for k in store.run_keys())
+    assert not (store.root / "e5-cpu-ladder.parquet").exists()  # the table: `rungs` without --share, at the end
+    assert "share 1/2 done" in capsys.readouterr().out
+    for bad in ("2/2", "1", "a/b", "-1/2"):
+        assert cl.main(["rungs", "--results", str(tmp_path), f"--share={bad}"]) == 2
+        assert "--share must be I/N" in capsys.readouterr().err
+
+
 def test_rungs_are_refused_before_the_probe_adopted_the_presets_recipe(tmp_path, capsys):
     assert cl.main(["rungs", "--results", str(tmp_path)]) == 2
     assert "run the probe first" in capsys.readouterr().err

@@ -14,7 +14,10 @@ step is cached: a second run of a finished stage computes nothing.
   rungs   the other rungs (1.6M, 5.3M; first the `cpu` ladder's to 412k if the recipe is not the `cpu` study's:
           e5.continues) under the adopted recipe, seeds 0-3, then the e5-cpu-ladder table (E5's
           `loopscope run e5 --preset cpu-ladder --seeds 0-3`). Refused until the probe has adopted the recipe the
-          preset trains with (presets.CPU_LADDER_RECIPE).
+          preset trains with (presets.CPU_LADDER_RECIPE). With --share I/N, seeds s % N == I alone, each trained and
+          evaluated whole in turn, on cores/N threads, no table: N such processes side by side (on 2 cores two
+          single-thread ones can do 1.4-1.8x the work of one with two threads: gpu-study.md), then `rungs` for the
+          table.
   ship    the finished runs of a results folder the pieces ran in (--source, outside the repository) into
           --results: each run folder copied without its weights (76 MB a seed at 19M; `loopscope restore KEY`
           retrains one bit for bit on a machine of the kind that made it), the probe's record (with the seeds that
@@ -22,6 +25,7 @@ step is cached: a second run of a finished stage computes nothing.
           (nothing computed). Runs not yet trained and evaluated stay behind.
 
     python -m engine.runtime.cpu_ladder probe|rungs [--results cached_results] [--candidates R1,R2,R3]
+    python -m engine.runtime.cpu_ladder rungs --share 0/2 & python -m engine.runtime.cpu_ladder rungs --share 1/2
     python -m engine.runtime.cpu_ladder ship --source DIR [--results cached_results]
 """
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -38,7 +43,7 @@ from engine.errors import UsageError, explain
 from engine.experiments import e5
 from engine.experiments.ladder import RECIPE_RULE, best_candidate, mean_range, recipe_outcome, recipe_score
 from engine.experiments.runs import RECIPE_PROBE_FILE as PROBE_FILE
-from engine.experiments.runs import Live, check_recipe_adopted, live
+from engine.experiments.runs import Live, check_recipe_adopted, check_study_precision, live
 
 PRESET = "cpu-ladder"
 SEEDS = tuple(range(e5.LADDER_SEEDS))
@@ -151,10 +156,26 @@ def below_bar(store: Store, names: list[str], record: dict) -> dict:
     return record
 
 
-def rungs(store: Store) -> None:
-    """The ladder's other rungs under the adopted recipe, then E5's table for the preset (everything cached)."""
+def rungs(store: Store, share: tuple[int, int] = (0, 1)) -> None:
+    """The ladder's other rungs under the adopted recipe, then E5's table for the preset (everything cached). With
+    share (i, n), n > 1: only the seeds s of each rung with s % n == i, each trained and evaluated whole before the
+    next (e5.ensure one seed at a time), on cores/n threads, and no table: n such processes share the machine."""
     check_recipe_adopted(store, PRESET)
+    i, n = share
+    if n > 1:
+        import torch
 
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+        check_study_precision(store, PRESET, [cfg for cfg, _ in e5.trainings(PRESET, ("parity",))])
+        with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
+            for cfg, label in e5.trainings(PRESET, ("parity",)):
+                for seed in e5.seeds_for(PRESET, cfg, SEEDS)[i::n]:
+                    done = store.status(cfg.run_key(seed)) == "ok"
+                    say(f"{cfg.model.n_params:,} parameters seed {seed} (run {cfg.run_key(seed)}; share {i}/{n}, "
+                        f"{torch.get_num_threads()} thread(s)): {'cached' if done else 'training'}")  # fmt: skip
+                    e5.ensure(PRESET, cfg, label, [seed], store)
+        say(f"share {i}/{n} done; `rungs` without --share writes the table once every share is done")
+        return
     with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
         rows = e5.run(PRESET, list(SEEDS), store, "cpu", ("parity",))
     print(e5.report(rows, PRESET))
@@ -209,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("stage", choices=["probe", "rungs", "ship"])
     ap.add_argument("--source", help="ship: the results folder the pieces ran in")
     ap.add_argument("--results", default="cached_results", help="results folder (the study lives in its cpu-ladder/)")
+    ap.add_argument(
+        "--share",
+        default="0/1",
+        help="rungs: I/N, this process's share of the seeds (s %% N == I), "
+        "cores/N threads; run N of them side by side (2 single-thread processes on 2 cores)",
+    )
     ap.add_argument("--candidates", default=",".join(GPU_RECIPES), help="the probe's candidates, in the rule's order")
     args = ap.parse_args(argv)
     try:
@@ -217,12 +244,15 @@ def main(argv: list[str] | None = None) -> int:
         if unknown or list(names) != [n for n in GPU_RECIPES if n in names]:
             raise UsageError(f"--candidates must name some of {', '.join(GPU_RECIPES)} in that order, "
                              f"got {args.candidates[:40]!r}.")  # fmt: skip
+        i, _, n = args.share.partition("/")
+        if not (i.isdigit() and n.isdigit() and 0 <= int(i) < int(n)):
+            raise UsageError(f"--share must be I/N with 0 <= I < N (e.g. 0/2 and 1/2), got {args.share[:20]!r}.")
         store = Store(study_root(args.results, PRESET))
         store.check_writable()
         if args.stage == "probe":
             probe(store, names)
         elif args.stage == "rungs":
-            rungs(store)
+            rungs(store, (int(i), int(n)))
         else:
             if not args.source or not (study_root(args.source, PRESET) / "runs").is_dir():
                 raise UsageError(f"ship needs --source, a results folder whose {PRESET}/runs/ holds the pieces' runs.")
