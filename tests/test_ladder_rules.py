@@ -130,6 +130,8 @@ def test_the_rescale_rule_per_rung_needs_3_of_4_damaged_seeds():
     rescale = lambda t: {c.claim: c.outcome for c in e5.judge(e5.summarize(t))}["rescale 412,288 params"]  # noqa: E731
     assert rescale(table([0.3, 0.3, 0.3, 0.0])) == "agreement"
     assert rescale(table([0.3, 0.3, 0.0, 0.0])) == "undecided"
+    three = table([0.3, 0.3, 0.3, 0.3])
+    assert rescale(three[three["seed"] != 3]) == "undecided"  # 3 of 3 damaged, but the rung's fourth seed not in yet
 
 
 def test_a_part_trained_ladder_decides_neither_the_trend_nor_a_short_rungs_collapse():

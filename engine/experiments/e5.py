@@ -492,10 +492,14 @@ def judge(summary: pd.DataFrame) -> list[Claim]:
         rec = rec[rec["eval_loops"] == T]
         rule = "agreement (scale): mean recovery at T >= 0.5, CI above 0.25; normalisation: CI below 0.25"
         text = "a fixed per-step rescale in place of the boundary norm recovers the surgery's loss"
-        for (params, _), r in rec.groupby(["params", "train_steps"]) if ladder_table else [((None, None), rec)]:
+        seeds = lad[lad["eval_loops"] == T].groupby(["params", "train_steps"])["n"].max()  # each rung's seeds
+        for (params, steps), r in rec.groupby(["params", "train_steps"]) if ladder_table else [((None, None), rec)]:
             name = f"rescale {int(params):,} params" if ladder_table else "rescale"
             least = RUNG_MIN_DAMAGED if ladder_table else MIN_DAMAGED
-            found.append((name, text, rule, part4_outcome(r.iloc[0] if len(r) else None, least)))
+            outcome = part4_outcome(r.iloc[0] if len(r) else None, least)
+            if ladder_table and (k := int(seeds.get((params, steps), 0))) < LADDER_SEEDS:  # a rung part-trained
+                outcome = ("undecided", f"undecided: {k} of the rung's {LADDER_SEEDS} seeds trained so far")
+            found.append((name, text, rule, outcome))
         for name, text, predicted, (outcome, measured) in found:
             out.append(Claim(experiment="e5", task=task, claim=name, text=text, paper=BEYOND, measured=measured,
                              criterion=predicted, analysis="paired", level=level, outcome=outcome,
