@@ -180,8 +180,9 @@ def rules(
     out = []
     points = {n: damage_points(acc, n) for n in (T, 3 * T)}
     waiting = missing(acc, every)
-    awaited = (f"; part-trained, undecided until every rung has its {len(SEEDS)} seeds: {len(waiting)} of the "
-               f"{len(every or ())} rungs still short ({', '.join(f'{p:,}' for p in waiting)} parameters)")  # fmt: skip
+    short = ", ".join(f"{p:,}" for p in waiting)
+    awaited = (f"part-trained, undecided until every rung has its {len(SEEDS)} seeds: {len(waiting)} of the "
+               f"{len(every or ())} rungs still short ({short} parameters); so far ")  # fmt: skip
     for n in (T, 3 * T):
         t = trend(points[n])
         measured = (f"b = {t['slope']:+.3f} per decade [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] over {t['rungs']} "
@@ -189,7 +190,7 @@ def rules(
         out.append(claim(
             claim=f"ladder trend at n={n}", text="the surgery's damage against log10(parameters), 16k-19M",
             criterion="normalisation: grows (CI above 0); agreement: no sign (flat)",
-            measured=measured + (awaited if waiting else ""),
+            measured=(awaited if waiting else "") + measured,
             outcome="undecided" if waiting else t["outcome"]))  # fmt: skip
     for n in (T, 3 * T):  # reported: docs/gpu-study.md's note of 2026-12-06 (fourth session); not a verdict
         learned = damage_points(acc, n, learned_at=T)
