@@ -187,6 +187,14 @@ def test_a_share_of_the_rungs_trains_and_evaluates_its_own_seeds_whole_on_its_sh
     for bad in ("2/2", "1", "a/b", "-1/2"):
         assert cl.main(["rungs", "--results", str(tmp_path), f"--share={bad}"]) == 2
         assert "--share must be I/N" in capsys.readouterr().err
+    assert cl.main(["rungs", "--results", str(tmp_path), "--share", "0/4", "--threads", "0"]) == 2
+    assert "--threads must be between 1" in capsys.readouterr().err
+    try:  # one seed a rung (seed 0 alone) on the threads named
+        cl.rungs(store, (0, 4), threads=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert len(store.run_keys()) == 3
 
 
 def test_rungs_are_refused_before_the_probe_adopted_the_presets_recipe(tmp_path, capsys):

@@ -156,16 +156,17 @@ def below_bar(store: Store, names: list[str], record: dict) -> dict:
     return record
 
 
-def rungs(store: Store, share: tuple[int, int] = (0, 1)) -> None:
+def rungs(store: Store, share: tuple[int, int] = (0, 1), threads: int | None = None) -> None:
     """The ladder's other rungs under the adopted recipe, then E5's table for the preset (everything cached). With
     share (i, n), n > 1: only the seeds s of each rung with s % n == i, each trained and evaluated whole before the
-    next (e5.ensure one seed at a time), on cores/n threads, and no table: n such processes share the machine."""
+    next (e5.ensure one seed at a time), on cores/n threads (or `threads`), and no table: n such processes share the
+    machine; one of them alone with all the threads trains a single seed of each rung whole (share 0/4, threads 2)."""
     check_recipe_adopted(store, PRESET)
     i, n = share
     if n > 1:
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // n))
         check_study_precision(store, PRESET, [cfg for cfg, _ in e5.trainings(PRESET, ("parity",))])
         with live(Live(checkpoint_every=CHECKPOINT_EVERY)):
             for cfg, label in e5.trainings(PRESET, ("parity",)):
@@ -236,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         help="rungs: I/N, this process's share of the seeds (s %% N == I), "
         "cores/N threads; run N of them side by side (2 single-thread processes on 2 cores)",
     )
+    ap.add_argument("--threads", type=int, help="rungs --share: threads of this process (default cores/N)")
     ap.add_argument("--candidates", default=",".join(GPU_RECIPES), help="the probe's candidates, in the rule's order")
     args = ap.parse_args(argv)
     try:
@@ -252,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage == "probe":
             probe(store, names)
         elif args.stage == "rungs":
-            rungs(store, (int(i), int(n)))
+            if args.threads is not None and not 1 <= args.threads <= 4 * (os.cpu_count() or 1):
+                raise UsageError(f"--threads must be between 1 and {4 * (os.cpu_count() or 1)}, got {args.threads}.")
+            rungs(store, (int(i), int(n)), args.threads)
         else:
             if not args.source or not (study_root(args.source, PRESET) / "runs").is_dir():
                 raise UsageError(f"ship needs --source, a results folder whose {PRESET}/runs/ holds the pieces' runs.")
