@@ -188,10 +188,12 @@ def evaluated(preset_name: str, cfg: RunConfig, rows: pd.DataFrame) -> bool:
     """Whether a trained run's rows hold all that ensure() adds to them: the other run mode at n = 1..max_eval_loops
     and, where rescaled(), the rescale surgery's. A run is trained (its status `ok`) before these are added; three 55k
     seeds were shipped in that gap without them (found 2026-12-06), so cpu_ladder.ship asks this first."""
+    from engine.experiments.runs import boundary_label, reaches
+
     trained = cfg.model.boundary
-    labels = [f"{trained}->{'none' if trained == 'norm' else 'norm'}"]
+    labels = [boundary_label(trained, "none" if trained == "norm" else "norm")]
     labels += ["norm->rescale"] if rescaled(preset_name, cfg) else []
-    return all(rows.loc[rows["boundary"] == label, "eval_loops"].max() >= cfg.max_eval_loops for label in labels)
+    return all(reaches(rows, label, cfg.max_eval_loops) for label in labels)
 
 
 def run(
@@ -248,12 +250,11 @@ def ensure_rescale(store: Store, keys: list[str], loops: int, device: str = "cpu
     """Evaluate norm-trained runs with the rescale surgery at n = 1..loops (`norm->rescale` rows) where that is not
     cached, measuring and storing each run's scalars first if it has none that reach `loops`."""
     from engine.core.evaluate import evaluate, state_scales
-    from engine.experiments.runs import label_rows, load_models
+    from engine.experiments.runs import label_rows, load_models, reaches
 
     for key in keys:
         with store.lock(f"run-{key}", f"changing run {key}"):
-            have = store.load_rows(key).query("boundary == 'norm->rescale'")["eval_loops"]
-            if not have.empty and have.max() >= loops:
+            if reaches(store.load_rows(key), "norm->rescale", loops):
                 continue
             model, cfg, seeds = load_models(store, [key])
             model = model.to(device)

@@ -270,6 +270,12 @@ def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
 PAPER_LABELS = ("norm", "none", "norm->none")  # the boundary labels of E2-E4's tables
 
 
+def reaches(rows: pd.DataFrame, label: str, loops: int) -> bool:
+    """Whether a run's rows hold boundary label `label` up to n = loops (what the surgeries add, cached)."""
+    have = rows.loc[rows["boundary"] == label, "eval_loops"]
+    return not have.empty and have.max() >= loops
+
+
 def ensure_surgery(
     store: Store, keys: list[str], loops: int, experiment: str, device: str, progress: bool, trained: str = "norm"
 ) -> None:
@@ -278,8 +284,7 @@ def ensure_surgery(
     mode = "none" if trained == "norm" else "norm"
 
     def needed(rows: pd.DataFrame) -> bool:
-        have = rows.loc[rows["boundary"] == boundary_label(trained, mode), "eval_loops"]
-        return have.empty or have.max() < loops
+        return not reaches(rows, boundary_label(trained, mode), loops)
 
     extend_eval(store, keys, list(range(1, loops + 1)), mode, experiment, device, progress, needed)
 
