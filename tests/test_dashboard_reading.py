@@ -385,6 +385,10 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
         return {row.get("params") for spec in charts_on(at) for rows in (spec.get("datasets") or {}).values()
                 for row in rows}  # fmt: skip
 
+    def steps_drawn(at, params: int) -> set:  # training lengths drawn at a rung: 2,000 the `cpu` study's, 4,000 own
+        return {row.get("steps") for spec in charts_on(at) for rows in (spec.get("datasets") or {}).values()
+                for row in rows if row.get("params") == params}  # fmt: skip
+
     drawn = params_drawn(at)
     assert 412_288 in drawn and 19_024_384 not in drawn  # the CPU study's rungs, not the probe's
     html = "".join(report.ladder_rules_html(root, "cpu-ladder"))
@@ -409,6 +413,7 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert "<table" in "".join(report.ladder_rules_html(root, "cpu-ladder"))
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
     assert 19_024_384 in params_drawn(at) and not at.warning
+    assert steps_drawn(at, 412_288) == {"2000", "4000"}  # R1 is the `cpu` study's: its rungs continue this ladder's
     assert results.claims("e5", "cpu-ladder", root)["claims"]  # adopted: the verdicts are back
     assert not [r for r in matrix.rows("cpu-ladder", root) if r["note"].startswith("waits")]
     assert not [i for i in at.info if "Recipe below the bar" in i.value]
@@ -423,5 +428,6 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
     assert results.ladder_partner("cpu-ladder", root) is None and results.ladder_partner("cpu", root) is None
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
-    assert 412_288 not in params_drawn(at) and [d for d in at.dataframe if "claim" in d.value.columns]
+    assert steps_drawn(at, 412_288) == {"4000"}  # this study's own rung to 412k, not the `cpu` study's
+    assert [d for d in at.dataframe if "claim" in d.value.columns]
     assert "trained the rungs to 412k itself" in report.html(root)
