@@ -423,7 +423,10 @@ def part_trained(root: Path, with_config: bool) -> list[dict]:
                 key = RunConfig.from_dict(cfg).run_key(seed)
             except (ValueError, TypeError, KeyError, AttributeError):
                 key = ""
-            status = f"part-trained: step {step} of {cfg['train']['steps']} (checkpoint; the same command resumes it)"
+            total = cfg["train"]["steps"]
+            status = (f"trained, not evaluated: step {step} of {total} (checkpoint; the same command evaluates it)"
+                      if step >= total else
+                      f"part-trained: step {step} of {total} (checkpoint; the same command resumes it)")  # fmt: skip
             out.append(_record(cfg, with_config, run_key=key, seed=seed, steps=step, final_loss=None, wall_s=None,
                                resumed_from=None, status=status, weights=""))  # fmt: skip
     return out

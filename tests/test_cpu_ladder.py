@@ -236,13 +236,23 @@ def test_list_shows_each_rung_and_a_part_trained_seed_at_its_step(tmp_path, caps
 
     cfg = tiny("R1")
     store = Store(study_root(tmp_path, "cpu-ladder"))
-    train_group(cfg, [1], progress=False, checkpoint_path=checkpoint_path(store, cfg, [1]), checkpoint_every=10)
-    assert main(["list", "--results", str(tmp_path)]) == 0  # the checkpoint is left at step 10 of 20: a kill
+
+    def kill(done, total, loss):
+        if done == 15:
+            raise KeyboardInterrupt  # the session ends after the checkpoint of step 10
+
+    ckpt = checkpoint_path(store, cfg, [1])
+    with pytest.raises(KeyboardInterrupt):
+        train_group(cfg, [1], progress=False, checkpoint_path=ckpt, checkpoint_every=10, on_step=kill)
+    assert main(["list", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert cfg.run_key(1) in out and "part-trained: step 10 of 20" in out and "cpu-ladder" in out
     assert main(["list", "--json", "--results", str(tmp_path)]) == 0
     (record,) = json.loads(capsys.readouterr().out)
     assert record["params"] == cfg.model.n_params and record["steps"] == 10 and record["folder"] == "cpu-ladder"
+    train_group(cfg, [1], progress=False, checkpoint_path=ckpt, checkpoint_every=10)  # trained; killed in evaluation
+    assert main(["list", "--results", str(tmp_path)]) == 0
+    assert "trained, not evaluated: step 20 of 20" in capsys.readouterr().out
 
 
 def test_ship_copies_finished_runs_weightless_and_builds_the_table_without_computing(tmp_path, monkeypatch):

@@ -392,7 +392,8 @@ def train_group(
             sync(done)
         if step % 50 == 0 or step == t.steps - 1:
             bar.set_postfix(loss=f"{synced[1]:.4f}")
-        if saving and done < t.steps:
+        if saving or (done == t.steps and checkpoint_path is not None and checkpoint_every > 0):
+            # the last step too: a kill during the evaluation then resumes at the evaluation, training nothing
             save_checkpoint(Path(checkpoint_path), cfg, seeds, done, model, opt, sched, generators, losses)
         if on_step is not None:
             on_step(done, t.steps, synced[1])
