@@ -387,13 +387,15 @@ def train_group(
         optimizer_step(loss.sum(), opt, sched, params, t.grad_clip)  # each member's gradient is its own loss's
         held[step] = loss.detach().float()
         done = step + 1
-        saving = checkpoint_path is not None and checkpoint_every > 0 and done % checkpoint_every == 0
+        # the last step too: a group killed during its evaluation then resumes at the evaluation, training nothing
+        saving = (
+            checkpoint_path is not None and checkpoint_every > 0 and (done % checkpoint_every == 0 or done == t.steps)
+        )
         if done % every == 0 or done == t.steps or saving:
             sync(done)
         if step % 50 == 0 or step == t.steps - 1:
             bar.set_postfix(loss=f"{synced[1]:.4f}")
-        if saving or (done == t.steps and checkpoint_path is not None and checkpoint_every > 0):
-            # the last step too: a kill during the evaluation then resumes at the evaluation, training nothing
+        if saving:
             save_checkpoint(Path(checkpoint_path), cfg, seeds, done, model, opt, sched, generators, losses)
         if on_step is not None:
             on_step(done, t.steps, synced[1])
