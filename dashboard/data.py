@@ -565,6 +565,14 @@ def ladder_rules(preset_name: str) -> pd.DataFrame:
     return _ladder_rules(preset_name, results.ladder_partner(preset_name), tables_state(results_root()))
 
 
+def ladder_reading(preset_name: str) -> str:
+    """engine.experiments.ladder.reading: ladder_rules' outcomes and the study's rescale verdicts per rung (held-out
+    mean) read against docs/gpu-study.md's two predictions, and what that says about the paper's collapse."""
+    from engine.experiments import ladder
+
+    return ladder.reading(ladder_rules(preset_name).to_dict("records"), results.claims("e5", preset_name)["claims"])
+
+
 def rungs(preset_name: str, task: str, level: str, part: str = "ladder") -> pd.DataFrame:
     """charts.rung_points of this study's E5 summary and its partner's on the other device (the first of
     dashboard.results.ladder_partners whose e5 table exists): per rung at n = T and 3T, with its device."""

@@ -603,11 +603,14 @@ def ladder_rules_html(root: Path, study: str) -> list[str]:
     partner = results.ladder_partner(study, root)
     tables = results.by_device({p: pd.read_parquet(results.table_path(root, "e5", p)) for p in (study, partner) if p})
     rules = ladder.rules(tables.get("cpu"), tables.get("gpu"), ladder.every_rung(study))
+    found = [dict(claim=r.claim, outcome=r.outcome, measured=r.measured) for r in rules]
+    said = ladder.reading(found, results.claims("e5", study, root)["claims"])
     return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run "
             "(docs/gpu-study.md, “Predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
             f"seeds.</p>" + (f"<p>{_md(below_bar)}</p>" if below_bar else "")
             + _table_html(["claim", "outcome", "measured"],
-                          [[r.claim, r.outcome, r.measured] for r in rules])]  # fmt: skip
+                          [[r.claim, r.outcome, r.measured] for r in rules])
+            + f"<p><strong>What it says about the paper's collapse.</strong> {_esc(said)}</p>"]  # fmt: skip
 
 
 def html(root: Path, preset_name: str | None = None) -> str:

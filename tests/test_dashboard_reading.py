@@ -410,9 +410,11 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert ("recipe below the bar" in html) == below  # every candidate rejected: the rule's best of them is pending
     probe["adopted"] = "R1"
     (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
-    assert "<table" in "".join(report.ladder_rules_html(root, "cpu-ladder"))
+    html = "".join(report.ladder_rules_html(root, "cpu-ladder"))
+    assert "<table" in html and "<strong>What it says about the paper's collapse.</strong>" in html
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
     assert 19_024_384 in params_drawn(at) and not at.warning
+    assert [m for m in at.markdown if m.value.startswith("**What it says about the paper's collapse.**")]
     assert steps_drawn(at, 412_288) == {"2000", "4000"}  # R1 is the `cpu` study's: its rungs continue this ladder's
     assert results.claims("e5", "cpu-ladder", root)["claims"]  # adopted: the verdicts are back
     assert not [r for r in matrix.rows("cpu-ladder", root) if r["note"].startswith("waits")]

@@ -136,6 +136,7 @@ def test_the_overview_and_the_report_give_the_gpu_study_a_section(monkeypatch, r
         assert heading in page
     rules = page.split("the rules over both devices' ladders")[1]
     assert "ladder trend at n=4" in rules and "collapse 412,288 params (cpu)" in rules
+    assert "What it says about the paper's collapse.</strong>" in rules
     assert "NVIDIA H200" in page and "Markers by device" in page
     assert "E5 · parity: accuracy per training distribution" not in page.split("gpu-smoke · Figures")[1]  # no part 2
     main, gpu = page.split('<h2 id="study-gpu-smoke">')

@@ -152,3 +152,47 @@ def test_a_part_trained_ladder_decides_neither_the_trend_nor_a_short_rungs_colla
     assert complete["ladder trend at n=4"] == "grows"
     assert len(ladder.every_rung("cpu-ladder")) == 8 and ladder.every_rung("gpu-smoke") is None
     assert ladder.every_rung("cpu") == ladder.every_rung("gpu") == ladder.every_rung("cpu-ladder")
+
+
+def claims(trend: str, falls: dict[int, str], rescue: dict[int, str]) -> tuple[list[dict], list[dict]]:
+    """rules()'s claims (trend at T and 3T, collapse per rung) and E5's rescale claims per rung at both levels (the
+    reading takes the held-out mean's), as mappings."""
+    found = [dict(claim=f"ladder trend at n={n}", outcome=trend, measured="b = +0.120 per decade [+0.050, +0.190] over")
+             for n in (4, 12)]  # fmt: skip
+    found += [dict(claim=f"collapse {p:,} params (cpu)", outcome=o, measured="") for p, o in falls.items()]
+    rescue = [dict(claim=f"rescale {p:,} params", outcome=o, measured="", task="parity", level=level)
+              for p, o in rescue.items() for level in ("held-out mean", "hardest held-out")]  # fmt: skip
+    other = dict(
+        claim="rescale 16,000 params", outcome="normalisation", measured="", task="chain", level="held-out mean"
+    )
+    return found, rescue + [other]  # another task's claim is not read
+
+
+def test_the_reading_waits_while_a_rule_is_undecided_and_reads_nothing():
+    found, rescue = claims("undecided", {16_000: "no collapse", 5_342_592: "undecided"}, {16_000: "agreement"})
+    text = ladder.reading(found, rescue)
+    assert text.startswith("Not read yet: 3 of the rules' 4 readings")
+    assert "wait until every rung has its 4 seeds" in text and "collapse 5,342,592 params (cpu)" in text
+    assert "agreement" not in text and "normalisation" not in text
+
+
+def test_the_reading_follows_each_parts_outcome_to_the_prediction_it_matches():
+    rungs = (16_000, 412_288, 19_024_384)
+    found, rescue = claims("flat", dict.fromkeys(rungs, "no collapse"), {16_000: "agreement", 412_288: "undecided",
+                                                                          19_024_384: "agreement"})  # fmt: skip
+    text = ladder.reading(found, rescue)
+    assert "All three parts come out as the 'agreement' reading predicts" in text
+    assert "nothing on this ladder heads toward the paper's collapse (Ouro's 0.000" in text
+    assert "b = +0.120 per decade [+0.050, +0.190]" in text and "at 2 of 3 rungs, mixed or undecided at 1" in text
+    found, rescue = claims(
+        "grows", {16_000: "no collapse", 19_024_384: "collapses"}, dict.fromkeys(rungs, "normalisation")
+    )
+    text = ladder.reading(found, rescue)
+    assert "All three parts come out as the 'normalisation' reading predicts" in text
+    assert "the rungs of 19,024,384 parameters collapse" in text and "appears on this ladder at 19,024,384" in text
+    found, rescue = claims("grows", dict.fromkeys(rungs, "no collapse"), dict.fromkeys(rungs, "agreement"))
+    text = ladder.reading(found, rescue)
+    assert "the trend comes out as 'normalisation' predicts, the collapse comes out as 'agreement' predicts" in text
+    assert "heads toward the paper's collapse (Ouro's 0.000 by n = T) without reaching it" in text
+    text = ladder.reading(*claims("shrinks", dict.fromkeys(rungs, "no collapse"), {}))
+    assert "the trend comes out as neither predicts" in text and "moves away from the paper's collapse" in text

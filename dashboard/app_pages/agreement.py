@@ -175,6 +175,7 @@ if task == "parity" and gpu_ladder and not probing:  # the GPU study's rules ove
         "seeds against the CPU's (Mann–Whitney per n; reported, not judged). Held-out mean."
     )
     st.dataframe(data.ladder_rules(table.preset)[["claim", "outcome", "measured"]], hide_index=True)
+    st.markdown(f"**What it says about the paper's collapse.** {data.ladder_reading(table.preset)}")
 
 st.header("4 · The rescale surgery")
 rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)].sort_values("eval_loops")

@@ -21,6 +21,7 @@ The rescale recovery per rung is E5 part 4's rule on each rung (engine.experimen
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import numpy as np
@@ -270,3 +271,77 @@ def best_candidate(scores: dict[str, list[float]], seeds: int = LADDER_SEEDS) ->
         if all(low > ranges[o][1] if j < i else low >= ranges[o][1] for j, o in enumerate(names) if o != name):
             return name
     return None
+
+
+# ---------------------------------------------------------------- what the rules say, read against both predictions
+
+_PARAMS = re.compile(r"([\d,]+) params")
+_SLOPE = re.compile(r"b = [+-][\d.]+ per decade \[[^\]]+\]")
+
+
+def _rung(claim: str) -> int | None:
+    found = _PARAMS.search(claim)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def reading(rules_found: list[dict], e5_claims: list[dict]) -> str:
+    """The rules' outcomes read against docs/gpu-study.md's two predictions, part by part, and what that says about the
+    paper's collapse (Ouro-1.4B and -2.6B at 0.000 by n = T). rules_found: rules()'s claims as mappings (claim,
+    outcome, measured); e5_claims: the study's E5 verdicts as mappings (e5.claims), of which the parity `rescale <N>
+    params` claims at the held-out mean are read. Composed from the outcomes alone: while the trend or a rung's
+    collapse is undecided it says what it waits for and reads nothing."""
+    by_claim = {c["claim"]: c for c in rules_found}
+    rescale = [
+        c for c in e5_claims if c["claim"].startswith("rescale ") and c["task"] == "parity" and c["level"] == MEAN
+    ]
+    trends = [c for name, c in by_claim.items() if name.startswith("ladder trend at n=")]
+    falls = sorted((c for c in rules_found if c["claim"].startswith("collapse ")), key=lambda c: _rung(c["claim"]) or 0)
+    if not trends or not falls:
+        return "No ladder to read yet: the rules have no trend or collapse to go on."
+    waiting = [c["claim"] for c in trends + falls if c["outcome"] == "undecided"]
+    if waiting:
+        return (f"Not read yet: {len(waiting)} of the rules' {len(trends) + len(falls)} readings "
+                f"({', '.join(waiting)}) wait until every rung has its {len(SEEDS)} seeds.")  # fmt: skip
+    at_t, beyond = trends[0], trends[-1]
+    moves = {"grows": "grows", "shrinks": "shrinks", "flat": "neither grows nor shrinks"}
+    slope_t, slope_3t = (_SLOPE.search(c["measured"]) for c in (at_t, beyond))
+    trend_text = (f"the surgery's damage at n = T {moves[at_t['outcome']]} with scale"
+                  f"{f' ({slope_t.group(0)})' if slope_t else ''}, and at 3T it {moves[beyond['outcome']]}"
+                  f"{f' ({slope_3t.group(0)})' if slope_3t else ''}")  # fmt: skip
+    trend_reads = {"grows": "normalisation", "flat": "agreement"}.get(at_t["outcome"], "neither")
+    top = falls[-1]
+    collapsed = [f"{_rung(c['claim']):,}" for c in falls if c["outcome"] == "collapses"]
+    top_params = _rung(top["claim"]) or 0
+    which = "no rung collapses" if not collapsed else f"the rungs of {', '.join(collapsed)} parameters collapse"
+    verb = "collapses" if top["outcome"] == "collapses" else "does not collapse"
+    collapse_text = f"at the top rung ({top_params:,} parameters) the surgery {verb} by E2 (d)'s criteria, and {which}"
+    collapse_reads = "normalisation" if top["outcome"] == "collapses" else "agreement"
+    recovered = [c for c in rescale if c["outcome"] == "agreement"]
+    lost = [c for c in rescale if c["outcome"] == "normalisation"]
+    others = len(rescale) - len(recovered) - len(lost)
+    rescale_text = (f"the fixed per-step rescale recovers at least half of the loss at n = T (agreement (scale)) at "
+                    f"{len(recovered)} of {len(rescale)} rungs" + (f", too little at {len(lost)}" if lost else "")
+                    + (f", mixed or undecided at {others}" if others else ""))  # fmt: skip
+    every_damaged = bool(recovered) and all(c["outcome"] in ("agreement", "undecided") for c in rescale)
+    rescale_reads = "normalisation" if lost else "agreement" if every_damaged else "neither"
+    parts = {"trend": trend_reads, "collapse": collapse_reads, "rescale": rescale_reads}
+    if len(set(parts.values())) == 1 and trend_reads != "neither":
+        tally = f"All three parts come out as the {trend_reads!r} reading predicts"
+    else:
+        tally = "Against the two readings' predictions, " + ", ".join(
+            f"the {part} comes out as {'neither' if r == 'neither' else repr(r)} predicts" for part, r in parts.items()
+        )
+    ouro = f"Ouro's {paper.SURGERY_ACCURACY_AT_T:.3f} by n = T"
+    if top["outcome"] == "collapses":
+        paper_text = f"the paper's collapse ({ouro}) appears on this ladder at {top_params:,} parameters"
+    elif at_t["outcome"] == "grows":
+        paper_text = (f"the damage grows with scale: the ladder heads toward the paper's collapse ({ouro}) without "
+                      f"reaching it at {top_params:,} parameters")  # fmt: skip
+    elif at_t["outcome"] == "shrinks":
+        paper_text = f"the ladder moves away from the paper's collapse ({ouro}) as the models grow"
+    else:
+        paper_text = (
+            f"nothing on this ladder heads toward the paper's collapse ({ouro}): up to {top_params:,} "
+            "parameters removing the norm collapses no model, and what it costs does not grow with scale"
+        )
+    return f"Over {len(falls)} rungs, {trend_text}; {collapse_text}; {rescale_text}. {tally}, so {paper_text}."
