@@ -159,7 +159,8 @@ def claims(trend: str, falls: dict[int, str], rescue: dict[int, str]) -> tuple[l
     reading takes the held-out mean's), as mappings."""
     found = [dict(claim=f"ladder trend at n={n}", outcome=trend, measured="b = +0.120 per decade [+0.050, +0.190] over")
              for n in (4, 12)]  # fmt: skip
-    found += [dict(claim=f"collapse {p:,} params (cpu)", outcome=o, measured="") for p, o in falls.items()]
+    found += [dict(claim=f"collapse {p:,} params (cpu)", outcome=o, measured=f"cpu: median accuracy {p}")
+              for p, o in falls.items()]  # fmt: skip
     rescue = [dict(claim=f"rescale {p:,} params", outcome=o, measured="", task="parity", level=level)
               for p, o in rescue.items() for level in ("held-out mean", "hardest held-out")]  # fmt: skip
     other = dict(
@@ -182,13 +183,14 @@ def test_the_reading_follows_each_parts_outcome_to_the_prediction_it_matches():
                                                                           19_024_384: "agreement"})  # fmt: skip
     text = ladder.reading(found, rescue)
     assert "All three parts come out as the 'agreement' reading predicts" in text
-    assert "nothing on this ladder heads toward the paper's collapse (Ouro's 0.000" in text
+    assert "the ladder does not head toward the paper's collapse (Ouro's 0.000" in text
     assert "b = +0.120 per decade [+0.050, +0.190]" in text and "at 2 of 3 rungs, mixed or undecided at 1" in text
     found, rescue = claims(
         "grows", {16_000: "no collapse", 19_024_384: "collapses"}, dict.fromkeys(rungs, "normalisation")
     )
     text = ladder.reading(found, rescue)
     assert "All three parts come out as the 'normalisation' reading predicts" in text
+    assert "collapses by E2 (d)'s criteria (cpu: median accuracy 19024384)" in text  # the top rung's numbers
     assert "the rungs of 19,024,384 parameters collapse" in text and "appears on this ladder at 19,024,384" in text
     found, rescue = claims("grows", dict.fromkeys(rungs, "no collapse"), dict.fromkeys(rungs, "agreement"))
     text = ladder.reading(found, rescue)

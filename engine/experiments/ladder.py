@@ -314,7 +314,10 @@ def reading(rules_found: list[dict], e5_claims: list[dict]) -> str:
     top_params = _rung(top["claim"]) or 0
     which = "no rung collapses" if not collapsed else f"the rungs of {', '.join(collapsed)} parameters collapse"
     verb = "collapses" if top["outcome"] == "collapses" else "does not collapse"
-    collapse_text = f"at the top rung ({top_params:,} parameters) the surgery {verb} by E2 (d)'s criteria, and {which}"
+    where = f" ({top['measured']})" if top["measured"] else ""
+    collapse_text = (
+        f"at the top rung ({top_params:,} parameters) the surgery {verb} by E2 (d)'s criteria{where}, and {which}"
+    )
     collapse_reads = "normalisation" if top["outcome"] == "collapses" else "agreement"
     recovered = [c for c in rescale if c["outcome"] == "agreement"]
     lost = [c for c in rescale if c["outcome"] == "normalisation"]
@@ -340,8 +343,7 @@ def reading(rules_found: list[dict], e5_claims: list[dict]) -> str:
     elif at_t["outcome"] == "shrinks":
         paper_text = f"the ladder moves away from the paper's collapse ({ouro}) as the models grow"
     else:
-        paper_text = (
-            f"nothing on this ladder heads toward the paper's collapse ({ouro}): up to {top_params:,} "
-            "parameters removing the norm collapses no model, and what it costs does not grow with scale"
-        )
+        paper_text = (f"by these rules the ladder does not head toward the paper's collapse ({ouro}): the damage does "
+                      f"not grow with scale, and up to {top_params:,} parameters no rung meets all three of E2 (d)'s "
+                      "criteria")  # fmt: skip
     return f"Over {len(falls)} rungs, {trend_text}; {collapse_text}; {rescale_text}. {tally}, so {paper_text}."
