@@ -24,9 +24,10 @@ def cell(s: pd.DataFrame, part: str, n: int) -> str:
     if r.empty or r["mean"].isna().all():
         return "—"
     r = r.iloc[0]
-    return f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" + (
-        f" ({int(r['n'])} seeds)" if part == "rescale" else ""
-    )
+    if int(r["n"]) == 1:  # one damaged seed: no interval
+        return f"{r['mean']:+.3f} (1 seed)"
+    seeds = f" ({int(r['n'])} seeds)" if part == "rescale" else ""
+    return f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]{seeds}"
 
 
 if __name__ == "__main__":
