@@ -628,6 +628,8 @@ def html(root: Path, preset_name: str | None = None) -> str:
         parts.append(f"<p>No experiment tables under <code>{where}</code>: run <code>loopscope run e2 "
                      "--preset cpu</code> first.</p>")  # fmt: skip
     parts += study_html(root, tables) if tables else []
+    if study in results.OWN_FOLDER and study not in own:  # a study of its own folder chosen: its probe and rules too
+        parts += probe_html(root, study) + ladder_rules_html(root, study)
     for study in own:
         folder = results.study_root(root, study)
         smoke = " This one is its structure at a size the CPU runs in seconds: not a result." * (study == "gpu-smoke")

@@ -412,6 +412,10 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
     html = "".join(report.ladder_rules_html(root, "cpu-ladder"))
     assert "<table" in html and "<strong>What it says about the paper's collapse.</strong>" in html
+    monkeypatch.setattr(report, "study_html", lambda *args, **kwargs: [])  # the cards' figures are not what is read
+    chosen = report.html(root, "cpu-ladder")  # `loopscope report --preset cpu-ladder`: the study chosen, not beside
+    assert "the rules over both devices' ladders" in chosen and "the recipe probe, seed by seed" in chosen
+    monkeypatch.undo()
     at = render(monkeypatch, root, "agreement", preset="cpu-ladder")
     assert 19_024_384 in params_drawn(at) and not at.warning
     assert [m for m in at.markdown if m.value.startswith("**What it says about the paper's collapse.**")]
