@@ -17,6 +17,7 @@ the `gpu` study's (412k-19M, on a GPU), parity, norm-trained, seeds 0-3 at every
             three of its seven scored 0.50 (docs/gpu-study.md).
 
 The rescale recovery per rung is E5 part 4's rule on each rung (engine.experiments.e5.claims, ladder-only tables).
+`reading` puts the three parts' outcomes against the two predictions in one sentence (the E5 page, the report).
 """
 
 from __future__ import annotations
@@ -290,11 +291,10 @@ def reading(rules_found: list[dict], e5_claims: list[dict]) -> str:
     outcome, measured); e5_claims: the study's E5 verdicts as mappings (e5.claims), of which the parity `rescale <N>
     params` claims at the held-out mean are read. Composed from the outcomes alone: while the trend or a rung's
     collapse is undecided it says what it waits for and reads nothing."""
-    by_claim = {c["claim"]: c for c in rules_found}
     rescale = [
         c for c in e5_claims if c["claim"].startswith("rescale ") and c["task"] == "parity" and c["level"] == MEAN
     ]
-    trends = [c for name, c in by_claim.items() if name.startswith("ladder trend at n=")]
+    trends = [c for c in rules_found if c["claim"].startswith("ladder trend at n=")]  # at T, then 3T
     falls = sorted((c for c in rules_found if c["claim"].startswith("collapse ")), key=lambda c: _rung(c["claim"]) or 0)
     if not trends or not falls:
         return "No ladder to read yet: the rules have no trend or collapse to go on."
