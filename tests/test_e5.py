@@ -384,3 +384,27 @@ def test_without_an_e5_table_the_overview_says_how_to_make_it(monkeypatch, tmp_p
     at = render(monkeypatch, tmp_path)
     assert "not run yet: `loopscope run e5 --preset cpu" in " ".join(m.value for m in at.markdown)
     assert not [p for p in at.get("page_link") if "agreement" in str(p.proto.page)]
+
+
+def test_the_margin_is_the_right_answers_log_probability_minus_the_wrong_ones():
+    """docs/design.md §10: per item log p(right) - log p(wrong) under the full softmax, its mean a row; below zero
+    for a confident wrong answer (checked against a direct log_softmax on the same model and items)."""
+    import torch
+
+    from engine.core import tasks
+    from engine.core.evaluate import step_metrics
+    from engine.core.model import build
+    from engine.core.presets import smoke
+
+    cfg = smoke("parity")
+    model = build(cfg.model, [0]).eval()
+    batch = tasks.eval_set(cfg.task, cfg.task.eval_difficulties[0])
+    got = step_metrics(model, batch, 4, "none")["margin"]  # (n, 1)
+    with torch.no_grad():
+        logp = model(batch.tokens[None], 4, "none").logits[:, 0, :, -1].float().log_softmax(-1)  # (n, B, V)
+    y = batch.answers.long()
+    right = logp.gather(-1, y[None, :, None].expand(4, -1, 1))[..., 0]
+    wrong = logp.gather(-1, (1 - y)[None, :, None].expand(4, -1, 1))[..., 0]
+    assert torch.allclose(got[:, 0], (right - wrong).mean(-1), atol=1e-5)
+    flipped = tasks.Batch(batch.tokens, batch.targets, 1 - batch.answers)  # every label wrong: the sign flips
+    assert torch.allclose(step_metrics(model, flipped, 4, "none")["margin"], -got, atol=1e-6)

@@ -183,6 +183,7 @@ def test_the_cpu_step_reproduces_the_code_before_issue_45_bit_for_bit():
                 assert got[name] == before[name], (name, every)
             if name == "norm":
                 rows = evaluate(r.model, cfg.task, 6, "none", progress=False)
+                rows = rows[rows["metric"] != "margin"]  # added after issue 45 (docs/design.md §10); the rest as then
                 assert digest(torch.tensor(rows["value"].to_numpy())) == before["eval"]
                 res = rf.refit(r.model, cfg, [0, 1], "head", rf.RefitConfig(targets=("head",), schedule=(0, 5, 10)), 6)
                 state, grids = [res.state[k] for k in sorted(res.state)], [res.grids[k] for k in sorted(res.grids)]

@@ -37,6 +37,7 @@ def test_runs_are_written_with_manifest_and_exact_columns(store):
             "top_token",
             "norm_pre",
             "norm_post",
+            "margin",
         }
         assert sorted(rows.eval_loops.unique()) == list(range(1, CFG.max_eval_loops + 1))
         m = store.manifest(key)

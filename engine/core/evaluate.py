@@ -6,6 +6,8 @@ For every (member, difficulty, loop step n) we record, on the fixed evaluation s
   top_token_share   share of the most frequent predicted token ("the head commits to one token")
   option_rate       share of greedy predictions that are one of the two answers ("0" or "1")
   top_token         that token's id (engine.core.tasks.VOCAB names it)
+  margin            mean log p(right answer) - log p(wrong answer) under the readout's softmax: the difference of
+                    the two answer logits, unbounded (a confident wrong answer is below zero; docs/design.md §10)
   norm_pre          mean ||Block(h_{t-1})|| at the answer position, before the boundary
   norm_post         mean ||h_t||, the state handed to step t+1
 
@@ -26,7 +28,16 @@ from engine.core import tasks
 from engine.core.model import LoopedLM
 from engine.core.tasks import TaskConfig
 
-METRICS = ("accuracy", "choice_accuracy", "top_token_share", "option_rate", "top_token", "norm_pre", "norm_post")
+METRICS = (
+    "accuracy",
+    "choice_accuracy",
+    "top_token_share",
+    "option_rate",
+    "top_token",
+    "norm_pre",
+    "norm_post",
+    "margin",
+)
 
 
 def _one(model: LoopedLM, i: int) -> LoopedLM:
@@ -96,14 +107,17 @@ def _member_metrics(model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: s
     """step_metrics of a model of S members on the same items: each metric as an (n_max, S) tensor."""
     V, S = model.cfg.vocab_size, model.members
     device = next(model.parameters()).device
-    preds, choice, pre, post = [], [], [], []
+    preds, choice, margin, pre, post = [], [], [], [], []
     for start in range(0, len(batch.answers), chunk):
         tokens = batch.tokens[start : start + chunk].to(device)
         tokens = tokens[None].expand(S, *tokens.shape)
         out = model(tokens, n_max, boundary, scales=None if scales is None else scales.to(device))
         logits = out.logits[:, :, :, -1].float()  # (n, S, B, V)
         preds.append(logits.argmax(-1))
-        choice.append(logits[..., [tasks.ZERO, tasks.ONE]].argmax(-1))
+        options = logits[..., [tasks.ZERO, tasks.ONE]]  # (n, S, B, 2)
+        choice.append(options.argmax(-1))
+        right = batch.answers[start : start + chunk].to(device).float() * 2 - 1  # +1 where the answer is "1"
+        margin.append((options[..., 1] - options[..., 0]) * right)  # log p(right) - log p(wrong): logits' difference
         pre.append(out.norm_pre)
         post.append(out.norm_post)
     preds, choice = torch.cat(preds, -1).cpu(), torch.cat(choice, -1).cpu()  # (n, S, B)
@@ -118,6 +132,7 @@ def _member_metrics(model: LoopedLM, batch: tasks.Batch, n_max: int, boundary: s
         "top_token": top_token.float(),
         "norm_pre": torch.cat(pre, -1).float().mean(-1).cpu(),
         "norm_post": torch.cat(post, -1).float().mean(-1).cpu(),
+        "margin": torch.cat(margin, -1).mean(-1).cpu(),
     }
 
 

@@ -322,6 +322,19 @@ def cpu_ladder(
     return _make(SECOND_STUDY_PARITY, PAPER_MODEL, train, boundary, arch)
 
 
+# The agreement-or-growth design's model (docs/design.md §10): the ladder's 1.6M rung, d 256 x L 2, T = 4
+AGREE_MODEL = ModelConfig(VOCAB_SIZE, d_model=256, n_heads=8, d_ff=704, layers_per_block=2, trained_loops=4)
+
+
+def cpu_agree(task: str = "parity", boundary: str = "norm", arch: str = "looped") -> RunConfig:
+    """The train x run design at 1.6M (docs/design.md §10): the ladder's 1.6M rung exactly (its `norm` runs have the
+    ladder's run keys), trained `norm` and `none`, 16 seeds one a group, under the ladder's recipe, in fp32 on the
+    CPU; E5 parts 1 and 4 (engine.experiments.e5.PARTS), pieces of one seed (engine.runtime.cpu_agree)."""
+    _only_parity("cpu-agree", task)
+    train = replace(GPU_RECIPES[CPU_LADDER_RECIPE], group_size=1)
+    return _make(SECOND_STUDY_PARITY, AGREE_MODEL, train, boundary, arch)
+
+
 def _only_parity(name: str, task: str) -> None:
     if task != "parity":
         raise ValueError(
@@ -332,14 +345,14 @@ def _only_parity(name: str, task: str) -> None:
 
 PRESETS = {
     "smoke": smoke, "cpu": cpu, "cpu-1layer": cpu_1layer, "paper": paper, "gpu": gpu, "gpu-smoke": gpu_smoke,
-    "cpu-ladder": cpu_ladder,
+    "cpu-ladder": cpu_ladder, "cpu-agree": cpu_agree,
 }  # fmt: skip
 # presets that define only some tasks
-TASKS_OF = {"gpu": ("parity",), "gpu-smoke": ("parity",), "cpu-ladder": ("parity",)}
+TASKS_OF = {"gpu": ("parity",), "gpu-smoke": ("parity",), "cpu-ladder": ("parity",), "cpu-agree": ("parity",)}
 # Studies whose runs and tables live in a folder of their own under a results folder. The GPU study reruns on the GPU
 # configs a CPU study holds too (its bridge rung: the same config on both devices, so the same run key); in the
 # CPU's store it would take the CPU's runs for its own and compute nothing (dev/LOG.md, 2026-12-04).
-OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder"}
+OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder", "cpu-agree": "cpu-agree"}
 
 
 def study_root(root, preset_name: str) -> Path:

@@ -85,7 +85,7 @@ LADDER = {
 LADDER_TASKS = {"cpu": ("parity",), "gpu": ("parity",), "gpu-smoke": ("parity",), "cpu-ladder": ("parity",)}
 # The parts a preset runs (all four unless named). The GPU study: the ladder and the rescale surgery on every rung;
 # parts 1-2 are not in its predictions and would cost far too much at 19M.
-PARTS = {"gpu": (3, 4), "gpu-smoke": (3, 4), "cpu-ladder": (3, 4)}
+PARTS = {"gpu": (3, 4), "gpu-smoke": (3, 4), "cpu-ladder": (3, 4), "cpu-agree": (1, 4)}
 
 
 def parts(preset_name: str) -> tuple[int, ...]:

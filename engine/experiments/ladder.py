@@ -233,9 +233,10 @@ def rules(
 RECIPE_RULE = 0.95
 
 
-def recipe_score(rows: pd.DataFrame) -> float:
-    """One run's probe score: its held-out mean accuracy (verdicts.levels' MEAN) at n = T, `norm`, run as trained."""
-    acc = rows[(rows["boundary"] == "norm") & (rows["metric"] == "accuracy")]
+def recipe_score(rows: pd.DataFrame, trained: str = "norm") -> float:
+    """One run's probe score: its held-out mean accuracy (verdicts.levels' MEAN) at n = T, run as trained (`trained`:
+    the mode it was trained in)."""
+    acc = rows[(rows["boundary"] == trained) & (rows["metric"] == "accuracy")]
     held = levels(acc)
     held = held[(held["level"] == MEAN) & (held["eval_loops"] == held["trained_loops"])]
     return float(held["value"].mean()) if len(held) else float("nan")

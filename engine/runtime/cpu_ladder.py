@@ -38,7 +38,7 @@ import sys
 import time
 
 from engine.core.presets import GPU_RECIPES, RunConfig, cpu_ladder, study_root
-from engine.core.store import Store, atomic_write, git_state, utc_now
+from engine.core.store import Store, atomic_write, git_state, is_weights, utc_now
 from engine.errors import UsageError, explain
 from engine.experiments import e5
 from engine.experiments.ladder import RECIPE_RULE, best_candidate, mean_range, recipe_outcome, recipe_score
@@ -186,16 +186,31 @@ def ship(source: Store, store: Store) -> list[str]:
     """Copy source's finished runs (trained and evaluated: e5.evaluated) that `store` lacks or holds unfinished,
     weightless, and the probe's record; rebuild the table from the stored runs without computing anything. Returns
     the run keys copied."""
+    configs = {cfg.run_key(s): cfg for cfg, _ in e5.trainings(PRESET, ("parity",)) for s in SEEDS}
+    configs |= {candidate(name).run_key(s): candidate(name) for name in GPU_RECIPES for s in SEEDS}
+    copied = ship_runs(PRESET, configs, source, store, say)
+    if (source.root / PROBE_FILE).is_file():  # with the seeds that finished since it was written, as shipped
+        written = (source.root / PROBE_FILE).read_bytes()
+        record = caught_up(store, json.loads(written))
+        if record == json.loads(written):
+            atomic_write(store.root / PROBE_FILE, written)
+        else:
+            save(store, record)
+    e5.run(PRESET, list(SEEDS), store, "cpu", ("parity",), progress=False, compute=lambda cfg: False)
+    return copied
+
+
+def ship_runs(preset_name: str, configs: dict[str, RunConfig], source: Store, store: Store, say) -> list[str]:
+    """Copy the runs of `configs` (run key -> config) that `source` holds finished (trained and evaluated as the
+    study evaluates them: e5.evaluated) and `store` lacks or holds unfinished, each without its weights (the
+    manifest names their size), whole or not at all. Returns the run keys copied; says which stay behind."""
     import shutil
 
     from engine.runtime.gpu_pack import swap_into
 
-    configs = {cfg.run_key(s): cfg for cfg, _ in e5.trainings(PRESET, ("parity",)) for s in SEEDS}
-    configs |= {candidate(name).run_key(s): candidate(name) for name in GPU_RECIPES for s in SEEDS}
-
-    def finished(where: Store, key: str) -> bool:  # trained and evaluated as the study evaluates it (e5.evaluated)
+    def finished(where: Store, key: str) -> bool:
         cfg = configs.get(key)
-        return cfg is not None and where.status(key) == "ok" and e5.evaluated(PRESET, cfg, where.load_rows(key))
+        return cfg is not None and where.status(key) == "ok" and e5.evaluated(preset_name, cfg, where.load_rows(key))
 
     copied, behind = [], []
     for key in source.run_keys():
@@ -208,21 +223,15 @@ def ship(source: Store, store: Store) -> list[str]:
         shutil.rmtree(staged.root, ignore_errors=True)
         try:
             shutil.copytree(source.run_dir(key), staged.run_dir(key))
-            staged.drop_weights(key, "76 MB a seed at 19M: not kept in the repository")
+            size = sum(f.stat().st_size for f in staged.run_dir(key).iterdir() if is_weights(f.name))
+            staged.drop_weights(key, f"{size / 1e6:.1f} MB of weights ({configs[key].model.n_params:,} parameters): "
+                                     "not kept in the repository")  # fmt: skip
             swap_into(staged.run_dir(key), store.run_dir(key))  # whole or not at all; a damaged copy swapped out
         finally:
             shutil.rmtree(staged.root, ignore_errors=True)
         copied.append(key)
     if behind:
         say(f"left behind, not finished (training, or the evaluation that follows it): {' '.join(behind)}")
-    if (source.root / PROBE_FILE).is_file():  # with the seeds that finished since it was written, as shipped
-        written = (source.root / PROBE_FILE).read_bytes()
-        record = caught_up(store, json.loads(written))
-        if record == json.loads(written):
-            atomic_write(store.root / PROBE_FILE, written)
-        else:
-            save(store, record)
-    e5.run(PRESET, list(SEEDS), store, "cpu", ("parity",), progress=False, compute=lambda cfg: False)
     return copied
 
 
