@@ -408,3 +408,57 @@ def test_the_margin_is_the_right_answers_log_probability_minus_the_wrong_ones():
     assert torch.allclose(got[:, 0], (right - wrong).mean(-1), atol=1e-5)
     flipped = tasks.Batch(batch.tokens, batch.targets, 1 - batch.answers)  # every label wrong: the sign flips
     assert torch.allclose(step_metrics(model, flipped, 4, "none")["margin"], -got, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the decisive contrast (docs/design.md §10)
+
+
+def contrast_rows(acc: dict, margin: dict, seeds=range(8)) -> pd.DataFrame:
+    """Rows of the design's shape at n = T = 3: per label, accuracy and margin, each seed jittered a little."""
+    rows = [
+        dict(task="parity", train_loops="fixed:3", params=100, train_steps=10, trained_loops=3, eval_loops=3,
+             seed=seed, boundary=label, metric=metric, value=values[label] + 0.001 * seed, experiment="e5",
+             run_key=f"k{seed}", arch="looped", difficulty=1, split="heldout")
+        for seed in seeds
+        for metric, values in (("accuracy", acc), ("margin", margin))
+        for label in values
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def contrast(acc: dict, margin: dict) -> dict[str, str]:
+    found = e5.judge(e5.summarize(contrast_rows(acc, margin)))
+    return {c.claim: c.outcome for c in found if c.level == MEAN and c.claim.startswith(("contrast", "agreement or"))}
+
+
+def test_the_contrast_rules_read_both_surgeries_on_accuracy_and_on_the_margin():
+    A = dict(norm=0.99, none=0.99)
+    m = dict(norm=6.0, none=6.0)
+    # agreement: the reverse surgery hurts about as much as the forward one, on both measures
+    both = contrast(A | {"norm->none": 0.52, "none->norm": 0.60}, m | {"norm->none": -1.0, "none->norm": 1.0})
+    assert both == {"contrast (accuracy)": "agreement", "contrast (margin)": "agreement",
+                    "agreement or growth": "agreement"}  # fmt: skip
+    # growth: the bounded state keeps the none models whole, the forward surgery costs a lot
+    grows = contrast(A | {"norm->none": 0.52, "none->norm": 0.98}, m | {"norm->none": 0.5, "none->norm": 5.9})
+    assert set(grows.values()) == {"growth"}
+    # they disagree: accuracy reads agreement (its forward damage sits at the floor), the margin growth (d_rev
+    # 0.05 of a margin that the forward surgery turns to -6, d_fwd 2.0): the margin decides
+    split = contrast(A | {"norm->none": 0.50, "none->norm": 0.70}, m | {"norm->none": -6.0, "none->norm": 5.7})
+    assert split["contrast (accuracy)"] == "agreement" and split["contrast (margin)"] == "growth"
+    assert split["agreement or growth"] == "growth"
+    # neither: a reverse damage above the floor but under half the forward one
+    assert contrast(A | {"norm->none": 0.51, "none->norm": 0.88}, m | {"norm->none": -2, "none->norm": 4.5})[
+        "contrast (accuracy)"] == "mixed"  # fmt: skip
+
+
+def test_the_margin_contrast_is_relative_to_each_models_own_margin_and_skips_unlearned_seeds():
+    acc = dict(norm=0.9, none=0.9, **{"norm->none": 0.5, "none->norm": 0.5})
+    rows = contrast_rows(acc, dict(norm=4.0, none=2.0, **{"norm->none": 0.0, "none->norm": 1.0}), seeds=range(4))
+    rows.loc[(rows["seed"] == 3) & (rows["metric"] == "margin") & (rows["boundary"] == "none"), "value"] = -0.5
+    c = e5.contrast_table(rows)
+    c = c[c["level"] == MEAN].set_index("quantity")
+    fwd = [(4.0 + 0.001 * s - 0.001 * s) / (4.0 + 0.001 * s) for s in range(4)]
+    assert c.loc["margin fwd", "mean"] == pytest.approx(np.mean(fwd)) and c.loc["margin fwd", "n"] == 4
+    assert c.loc["margin rev", "n"] == 3  # seed 3's own margin is below zero: left out
+    assert c.loc["accuracy fwd", "mean"] == pytest.approx(0.4)
+    assert e5.contrast_table(rows[rows["metric"] != "margin"]).empty  # no margin rows: not this design's table

@@ -185,6 +185,7 @@ def test_the_reading_follows_each_parts_outcome_to_the_prediction_it_matches():
     assert "All three parts come out as the 'agreement' reading predicts" in text
     assert "the ladder does not head toward the paper's collapse (Ouro's 0.000" in text
     assert "b = +0.120 per decade [+0.050, +0.190]" in text and "at 2 of 3 rungs, mixed or undecided at 1" in text
+    assert text.endswith(ladder.LIMITS)  # what the design cannot separate, said with every reading
     found, rescue = claims(
         "grows", {16_000: "no collapse", 19_024_384: "collapses"}, dict.fromkeys(rungs, "normalisation")
     )

@@ -283,9 +283,10 @@ def trained_range(spec: str, steps: int) -> set[int]:
     return out
 
 
-def seed_accuracy(rows: pd.DataFrame) -> pd.DataFrame:
-    """Accuracy per seed at levels (i) and (iii) (verdicts.levels, per distribution and scale), looped models."""
-    acc = rows[(rows["metric"] == "accuracy") & (rows["arch"] == "looped")]
+def seed_accuracy(rows: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Accuracy (or another `metric`) per seed at levels (i) and (iii) (verdicts.levels, per distribution and scale),
+    looped models."""
+    acc = rows[(rows["metric"] == metric) & (rows["arch"] == "looped")]
     if not (acc["split"] == "heldout").any():  # no held-out items (smoke): the in-range items stand in
         acc = acc.assign(split=acc["split"].replace("seen", "heldout"))
     frames = [levels(g).assign(**dict(zip(EXTRA, k, strict=True))) for k, g in acc.groupby(EXTRA)]
@@ -364,6 +365,78 @@ def recovery_table(acc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+CONTRAST = ("accuracy fwd", "accuracy rev", "margin fwd", "margin rev")  # the contrast's quantities (design.md §10)
+
+
+def contrast_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The decisive contrast of docs/design.md §10 per (task, scale, level, n), where the table holds the margin and
+    both surgeries: per seed pair, on accuracy D_fwd = A(norm) − A(norm->none) and D_rev = A(none) − A(none->norm);
+    on the margin m the same damage relative to each model's own margin as trained, d_fwd = [m(norm) −
+    m(norm->none)] / m(norm) and d_rev = [m(none) − m(none->norm)] / m(none), a seed whose margin as trained is <= 0
+    left out of that side. Mean with its bootstrap CI over the pairs (n), mean_a/mean_b: the two values compared."""
+    keys = ["task", *EXTRA, "trained_loops", "level", "eval_loops"]
+    if not (rows["metric"] == "margin").any() or not {"norm->none", "none->norm"} <= set(rows["boundary"]):
+        return pd.DataFrame()
+    out = []
+    for metric in ("accuracy", "margin"):
+        wide = seed_accuracy(rows, metric).pivot_table(index=[*keys, "seed"], columns="boundary", values="value")
+        wide = wide.reindex(columns=["norm", "norm->none", "none", "none->norm"]).dropna()
+        for side, (own, cut) in (("fwd", ("norm", "norm->none")), ("rev", ("none", "none->norm"))):
+            d = wide[own] - wide[cut]
+            if metric == "margin":
+                d = (d / wide[own]).where(wide[own] > 0)
+            for key, g in d.groupby(keys, sort=True):
+                ci = stats.paired_mean_ci(g.to_numpy())
+                at = wide.loc[g.index]
+                out.append(dict(zip(keys, key, strict=True), quantity=f"{metric} {side}", mean=ci.estimate,
+                                ci_low=ci.low, ci_high=ci.high, ci_method=ci.method, n=int(g.notna().sum()),
+                                mean_a=at[own].mean(), mean_b=at[cut].mean()))  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def contrast_outcome(fwd: pd.Series, rev: pd.Series, floor: float, bar: float, unit: str) -> tuple[str, str]:
+    """Rule 2 (accuracy: floor 0.05, bar 0.25) or 3 (relative margin: 0.1, 0.5) of docs/design.md §10 at one n:
+    *agreement* if mean rev >= ½ mean fwd with rev's CI above `floor`; *growth* if rev's CI lies below `floor` while
+    fwd's lies above `bar`; otherwise *mixed*."""
+    measured = (f"{unit}: D_fwd {fwd['mean']:+.3f} [{fwd['ci_low']:+.3f}, {fwd['ci_high']:+.3f}], "
+                f"D_rev {rev['mean']:+.3f} [{rev['ci_low']:+.3f}, {rev['ci_high']:+.3f}] "
+                f"over {int(rev['n'])} seed pairs")  # fmt: skip
+    if not (np.isfinite(fwd["mean"]) and np.isfinite(rev["mean"])):
+        return "undecided", measured
+    if rev["mean"] >= fwd["mean"] / 2 and rev["ci_low"] > floor:
+        return "agreement", measured
+    if rev["ci_high"] < floor and fwd["ci_low"] > bar:
+        return "growth", measured
+    return "mixed", measured
+
+
+# docs/design.md §10's thresholds: (floor, bar) of rule 2 (accuracy) and rule 3 (the margin relative to its own)
+CONTRAST_RULES = {"accuracy": (0.05, 0.25), "margin": (0.1, 0.5)}
+
+
+def contrast_claims(c: pd.DataFrame, T: int) -> list[tuple[str, str, str, tuple[str, str]]]:
+    """The contrast's claims at n = T (c: one task's and level's `contrast` rows at the preset's scale): rule 2 on
+    accuracy, rule 3 on the margin, and the design's outcome (the margin decides where the two disagree)."""
+    at = c[c["eval_loops"] == T].set_index("quantity")
+    if not set(CONTRAST) <= set(at.index):
+        return []
+    found, outcomes = [], {}
+    for metric, (floor, bar) in CONTRAST_RULES.items():
+        unit = "accuracy" if metric == "accuracy" else "margin lost, relative to the margin as trained"
+        outcome = contrast_outcome(at.loc[f"{metric} fwd"], at.loc[f"{metric} rev"], floor, bar, unit)
+        outcomes[metric] = outcome[0]
+        found.append((f"contrast ({metric})", f"breaking agreement with the state bounded (none->norm) hurts as "
+                      f"removing the norm (norm->none) does, on {metric} at n = T",
+                      f"agreement: mean D_rev >= ½ mean D_fwd, D_rev's CI above {floor:g}; growth: D_rev's CI below "
+                      f"{floor:g} while D_fwd's lies above {bar:g}", outcome))  # fmt: skip
+    acc, margin = outcomes["accuracy"], outcomes["margin"]
+    said = f"accuracy: {acc}, margin: {margin}" + ("" if acc == margin else " (they disagree: the margin decides)")
+    found.append(("agreement or growth", "what the surgery breaks: agreement with the trained loop, or the bounded "
+                  "state (docs/design.md §10)", "the outcome rules 2 and 3 share; where they disagree, the margin's",
+                  (margin, said)))  # fmt: skip
+    return found
+
+
 def summarize(rows: pd.DataFrame, preset_name: str | None = None) -> pd.DataFrame:
     """The long table of estimates (module docstring): part, quantity and the keys, mean [ci_low, ci_high] over n
     seeds, Wilcoxon p (raw and Holm) where there is a test, mean_a/mean_b the two accuracies compared."""
@@ -375,6 +448,7 @@ def summarize(rows: pd.DataFrame, preset_name: str | None = None) -> pd.DataFram
         _paired(acc, "none", "norm", scale).assign(part="range", quantity="none-norm"),
         _paired(looped_fixed, "norm", "norm->none", scale).assign(part="ladder", quantity="damage"),
         recovery_table(acc).assign(part="rescale", quantity="recovery"),
+        contrast_table(rows).assign(part="contrast"),
     ]
     curves = stats.mean_ci(acc, [*scale, "trained_loops", "boundary", "eval_loops"], unit_col="seed")
     parts.append(curves.rename(columns={"boundary": "quantity"}).assign(part="accuracy"))
@@ -489,6 +563,7 @@ def judge(summary: pd.DataFrame) -> list[Claim]:
         found.append(("ladder", "the surgery's damage against model scale (accuracy lost at T and 3T)",
                       "no direct discrimination: both readings allow damage to grow with scale",
                       ("reported", "; ".join(points) or "not run")))  # fmt: skip
+        found += contrast_claims(at_scale[(at_scale["part"] == "contrast") & (at_scale["train_loops"] == fixed)], T)
         rec = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
         rec = rec[rec["eval_loops"] == T]
         rule = "agreement (scale): mean recovery at T >= 0.5, CI above 0.25; normalisation: CI below 0.25"
@@ -577,6 +652,33 @@ def format_summary(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def format_contrast(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
+    """The contrast of docs/design.md §10 at n = T per level, and what is reported beside it (not judged): per run
+    label, the state-norm ratio over steps 1..T (verdicts.norm_ratios; median and range over seeds) and the
+    non-answer share at T (1 − option rate), held-out mean. Empty where the table has no contrast."""
+    c = summary[summary["part"] == "contrast"]
+    if c.empty:
+        return ""
+    T = int(c["trained_loops"].iloc[0])
+    lines = [f"\nthe decisive contrast at n = T = {T} (docs/design.md §10; margin: the share of its own margin lost)"]
+    for (task, level), g in c[c["eval_loops"] == T].groupby(["task", "level"]):
+        at = g.set_index("quantity")
+        lines.append(f"  {task}, {level}: " + "   ".join(
+            f"{q} {at.loc[q, 'mean']:+.3f} [{at.loc[q, 'ci_low']:+.3f}, {at.loc[q, 'ci_high']:+.3f}] "
+            f"({at.loc[q, 'mean_a']:.3f} -> {at.loc[q, 'mean_b']:.3f}, {int(at.loc[q, 'n'])} pairs)"
+            for q in CONTRAST if q in at.index))  # fmt: skip
+    held = verdicts.levels(rows[rows["arch"] == "looped"])
+    held = held[held["level"] == MEAN]
+    lines.append("  reported, not judged (held-out mean): state-norm ratio over n = 1..T, median [range] over seeds; "
+                 "non-answer share at T, mean")  # fmt: skip
+    for label, g in held.groupby("boundary"):
+        ratios = verdicts.norm_ratios(g, T)
+        option = g[(g["metric"] == "option_rate") & (g["eval_loops"] == T)]["value"]
+        lines.append(f"    {label:<14} {ratios.median():.2f}x [{ratios.min():.2f}, {ratios.max():.2f}]   "
+                     f"non-answer {1 - option.mean():.4f}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def identity_check(rows: pd.DataFrame) -> str:
     """At n = 1 every run mode reads out the same logits: the largest difference of a metric other than the state
     norm handed on between a norm model's `norm` rows and its `norm->rescale` / `norm->none` rows."""
@@ -595,4 +697,5 @@ def report(rows: pd.DataFrame, preset_name: str) -> str:
     """What `loopscope run e5` prints: the estimates, the n = 1 identity, then the verdicts."""
     summary = summarize(rows, preset_name)
     found = common_seeds(judge(summary), rows)
-    return "\n".join([format_summary(summary), "", identity_check(rows), *verdicts.lines(found)])
+    parts = [format_summary(summary), format_contrast(summary, rows), "", identity_check(rows), *verdicts.lines(found)]
+    return "\n".join(p for p in parts if p is not None)

@@ -347,4 +347,14 @@ def reading(rules_found: list[dict], e5_claims: list[dict]) -> str:
         paper_text = (f"by these rules the ladder does not head toward the paper's collapse ({ouro}): the damage does "
                       f"not grow with scale, and up to {top_params:,} parameters no rung meets all three of E2 (d)'s "
                       "criteria")  # fmt: skip
-    return f"Over {len(falls)} rungs, {trend_text}; {collapse_text}; {rescale_text}. {tally}, so {paper_text}."
+    return f"Over {len(falls)} rungs, {trend_text}; {collapse_text}; {rescale_text}. {tally}, so {paper_text}. {LIMITS}"
+
+
+# What the ladder's design cannot tell apart, whatever its outcomes (docs/results.md, corrected 2026-12-07; the train x
+# run design of docs/design.md §10 tests it)
+LIMITS = (
+    "What this design cannot separate: every rung is norm-trained, so removing the norm is also running against the "
+    "loop the model was trained with, and the rescale both restores the agreed scale and bounds the state, so "
+    "'agreement' and 'the state's growth hurts' predict the same recovery; and accuracy cannot fall below chance, so "
+    "a damage that already takes most of a rung's accuracy above chance can hardly read 'grows'."
+)
