@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from engine import studies
 from engine.core.model import ModelConfig
 from engine.core.presets import CPU_LADDER_RECIPE, cpu_ladder, preset, study_root
 from engine.core.store import Store, is_weights
@@ -149,7 +150,8 @@ def test_rungs_under_another_recipe_train_the_lower_rungs_and_the_rules_read_the
         return replace(cfg, model=model, task=replace(cfg.task, eval_examples=32), train=train)
 
     monkeypatch.setattr(e5, "preset", small)
-    monkeypatch.setitem(e5.LADDER, "cpu-ladder", ((24, 2, 64, 2, 1), (32, 2, 96, 2, 1)))  # the last: E2's model
+    entry = replace(studies.STUDIES["cpu-ladder"], ladder=((24, 2, 64, 2, 1), (32, 2, 96, 2, 1)))  # the last: E2's
+    monkeypatch.setitem(studies.STUDIES, "cpu-ladder", entry)
     monkeypatch.setattr(presets, "CPU_LADDER_RECIPE", "R2")
     store = Store(study_root(tmp_path, "cpu-ladder"))
     store.root.mkdir(parents=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from engine import studies
 from engine.core import tasks
 from engine.core.limits import MAX_LOOPS, check_fields
 from engine.core.model import BOUNDARIES, ModelConfig
@@ -347,12 +348,11 @@ PRESETS = {
     "smoke": smoke, "cpu": cpu, "cpu-1layer": cpu_1layer, "paper": paper, "gpu": gpu, "gpu-smoke": gpu_smoke,
     "cpu-ladder": cpu_ladder, "cpu-agree": cpu_agree,
 }  # fmt: skip
-# presets that define only some tasks
-TASKS_OF = {"gpu": ("parity",), "gpu-smoke": ("parity",), "cpu-ladder": ("parity",), "cpu-agree": ("parity",)}
-# Studies whose runs and tables live in a folder of their own under a results folder. The GPU study reruns on the GPU
-# configs a CPU study holds too (its bridge rung: the same config on both devices, so the same run key); in the
-# CPU's store it would take the CPU's runs for its own and compute nothing (dev/LOG.md, 2026-12-04).
-OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder", "cpu-agree": "cpu-agree"}
+# Studies whose runs and tables live in a folder of their own under a results folder (engine.studies: each study's
+# entry). The GPU study reruns on the GPU configs a CPU study holds too (its bridge rung: the same config on both
+# devices, so the same run key); in the CPU's store it would take the CPU's runs for its own and compute nothing
+# (dev/LOG.md, 2026-12-04).
+OWN_FOLDER = studies.own_folders()
 
 
 def study_root(root, preset_name: str) -> Path:
@@ -361,8 +361,8 @@ def study_root(root, preset_name: str) -> Path:
 
 
 def tasks_of(preset_name: str) -> tuple[str, ...]:
-    """The tasks a preset defines."""
-    return TASKS_OF.get(preset_name, TASK_NAMES)
+    """The tasks a preset defines (its study's entry)."""
+    return studies.STUDIES[preset_name].tasks if preset_name in studies.STUDIES else TASK_NAMES
 
 
 _PRECISION = {"value": "fp32"}  # the precision preset() gives every config (precision_override; fp32: as defined)

@@ -1,11 +1,11 @@
 """E5, beyond the paper: agreement itself put to the test (docs/design.md, "E5 predictions", in §8).
 
-Four parts on the preset's models, one table `e5-<preset>` (the GPU study runs parts 3 and 4 only: PARTS):
+Four parts on the preset's models, one table `e5-<preset>` (the parts each study runs: its entry in engine.studies):
   1. train mode x run mode  every E2 model (fixed T) run in both modes at n = 1..3T: `norm`, `none`, `norm->none`
                             and the reverse surgery `none->norm` (cached in the E2 runs' folders).
   2. a range of loop counts both modes trained with the loop count drawn per step (train.loops: RANGE_SPECS,
                             uniform over 1..2T and a log-normal Poisson with mean T), the same seeds, both run modes.
-  3. where the surgery bites a ladder of model scales (LADDER; width, layers per block, one longer training),
+  3. where the surgery bites a ladder of model scales (its entry's ladder: width, layers, training length),
                             LADDER_SEEDS seeds each, norm-trained, run with and without the norm.
   4. the rescale surgery    the norm-trained models of parts 1-2 (where a preset runs no part 1-2: every rung of the
                             ladder) run with the boundary norm replaced by fixed per-step scalars (`norm->rescale`;
@@ -41,7 +41,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from engine import paper
+from engine import paper, studies
 from engine.core import stats
 from engine.core.model import BOUNDARIES
 from engine.core.presets import RunConfig, preset, tasks_of
@@ -65,31 +65,15 @@ IN_RANGE_SHARE = 0.01  # a loop count is inside a distribution's trained range i
 SMALL_GAP = 0.02  # part 2: |mean d| below this counts as closed
 SCALES = "scales.safetensors"  # a run's rescale scalars, beside its weights
 SCALE_EXAMPLES = 256  # training items per training difficulty the scalars are measured on
-# (d_model, n_heads, d_ff, layers_per_block, steps as a multiple of the preset's); the preset's own model is E2's
-LADDER = {
-    "smoke": ((16, 2, 48, 1, 1), (32, 2, 96, 1, 1)),
-    "cpu": ((32, 2, 96, 1, 1), (64, 4, 176, 1, 1), (64, 4, 176, 2, 1), (96, 4, 256, 2, 1), (128, 4, 352, 2, 1),
-            (64, 4, 176, 2, 2)),
-    "paper": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (256, 8, 704, 6, 1), (384, 8, 1024, 6, 1),
-              (512, 8, 1376, 6, 1), (512, 8, 1376, 6, 2)),
-    # the GPU study (docs/gpu-study.md): 412,288 (the bridge: E5's largest `cpu` rung under the R1 recipe), 1,627,392,
-    # 5,342,592 parameters, and the preset's own 19,024,384 (E2's runs, seeds 0-3)
-    "gpu": ((128, 4, 352, 2, 1), (256, 8, 704, 2, 1), (384, 8, 1024, 3, 1), (512, 8, 1376, 6, 1)),
-    "gpu-smoke": ((16, 2, 48, 1, 1), (16, 2, 48, 2, 1), (24, 2, 64, 2, 1), (32, 2, 96, 2, 1)),
-    # the GPU study's rungs above 412k on the CPU (fp32, one seed a group): 1,627,392, 5,342,592 and the preset's own
-    # 19,024,384; below them the `cpu` ladder
-    "cpu-ladder": ((256, 8, 704, 2, 1), (384, 8, 1024, 3, 1), (512, 8, 1376, 6, 1)),
-}  # fmt: skip
-# The tasks a preset's ladder covers. `cpu`: parity only, a cost-only trim decided before E5 ran (dev/LOG.md,
-# 2026-12-03): the ladder is reported, not judged, and both tasks' rungs would add 1.4-2.1 h to E5's 3.5-5.3 h.
-LADDER_TASKS = {"cpu": ("parity",), "gpu": ("parity",), "gpu-smoke": ("parity",), "cpu-ladder": ("parity",)}
-# The parts a preset runs (all four unless named). The GPU study: the ladder and the rescale surgery on every rung;
-# parts 1-2 are not in its predictions and would cost far too much at 19M.
-PARTS = {"gpu": (3, 4), "gpu-smoke": (3, 4), "cpu-ladder": (3, 4), "cpu-agree": (1, 4)}
+# Each study's E5 parts, ladder rungs (d_model, n_heads, d_ff, layers_per_block, steps as a multiple of the
+# preset's; the preset's own model is E2's) and ladder tasks are in its entry (engine.studies). `cpu`: its ladder is
+# parity only, a cost-only trim decided before E5 ran (dev/LOG.md, 2026-12-03): reported, not judged. The GPU study
+# and its ladder on the CPU run parts 3 and 4 (the ladder and the rescale surgery on every rung): parts 1-2 are not
+# in their predictions and would cost far too much at 19M.
 
 
 def parts(preset_name: str) -> tuple[int, ...]:
-    return PARTS.get(preset_name, (1, 2, 3, 4))
+    return studies.STUDIES[preset_name].e5_parts if preset_name in studies.STUDIES else (1, 2, 3, 4)
 
 
 def ladder_only(preset_name: str) -> bool:
@@ -102,34 +86,36 @@ def range_specs(T: int) -> tuple[str, ...]:
     return (f"uniform:1-{2 * T}", f"lognormal:{T}:{3 * T}")
 
 
-# A ladder that continues a lower study's (the GPU study's on the CPU: E5's `cpu` ladder to 412k). Its rules read
-# the lower study's rungs only where both trained with the same recipe; else the preset trains those rungs itself,
-# in its own folder, under its own recipe (docs/gpu-study.md: "the lower rungs again only if the adopted recipe is
-# not R1").
-CONTINUES = {"cpu-ladder": "cpu"}
+# A ladder that continues a lower study's (its entry's ladder_partner and `continues`: the GPU study's ladder on the
+# CPU continues E5's `cpu` ladder to 412k). Its rules read the lower study's rungs only where both trained with the
+# same recipe; else the preset trains those rungs itself, in its own folder, under its own recipe (docs/gpu-study.md:
+# "the lower rungs again only if the adopted recipe is not R1").
 
 
 def continues(preset_name: str) -> str | None:
-    """The study whose ladder this one continues (CONTINUES) where both train with the same recipe (the TrainConfig,
-    its group size apart); None where the preset trains those rungs itself, or continues none."""
-    lower = CONTINUES.get(preset_name)
-    if lower is None:
+    """The study whose ladder this one continues (its entry's ladder_partner, where `continues`) where both train
+    with the same recipe (the TrainConfig, its group size apart); None where the preset trains those rungs itself,
+    or continues none."""
+    entry = studies.STUDIES.get(preset_name)
+    if entry is None or not entry.continues:
         return None
+    lower = entry.ladder_partner
     own, theirs = (replace(preset(p).train, group_size=1) for p in (preset_name, lower))
     return lower if own == theirs else None
 
 
 def ladder(preset_name: str, task: str) -> list[RunConfig]:
-    """Part 3's norm-trained configs, smallest first (none for a task outside LADDER_TASKS). A rung that is the
+    """Part 3's norm-trained configs, smallest first (none for a task outside its ladder_tasks). A rung that is the
     preset's own model is E2's config (its runs are reused); the others train LADDER_SEEDS seeds as one group. A
-    preset that continues a lower study's ladder under another recipe (CONTINUES, continues) trains that study's
+    preset that continues a lower study's ladder under another recipe (its entry, continues) trains that study's
     rungs of the common training length first."""
-    if task not in LADDER_TASKS.get(preset_name, TASKS) or 3 not in parts(preset_name):
+    entry = studies.STUDIES.get(preset_name)
+    if entry is None or task not in entry.ladder_tasks or 3 not in entry.e5_parts:
         return []
     base = preset(preset_name, task, "norm")
-    specs = LADDER.get(preset_name, ())
-    if (lower := CONTINUES.get(preset_name)) and continues(preset_name) is None:
-        specs = tuple(s for s in LADDER[lower] if s[4] == 1) + specs
+    specs = entry.ladder
+    if entry.continues and continues(preset_name) is None:
+        specs = tuple(s for s in studies.STUDIES[entry.ladder_partner].ladder if s[4] == 1) + specs
     out = []
     for d, heads, ff, layers, times in specs:
         model = replace(base.model, d_model=d, n_heads=heads, d_ff=ff, layers_per_block=layers)

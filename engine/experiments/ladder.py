@@ -28,7 +28,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from engine import paper
+from engine import paper, studies
 from engine.core import stats
 from engine.experiments.e5 import BEYOND, LADDER_SEEDS
 from engine.experiments.verdicts import MEAN, Claim, levels, norm_ratios
@@ -144,7 +144,8 @@ def bridge(acc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-LADDER_STUDIES = ("cpu", "gpu", "cpu-ladder")  # the studies whose ladders the rules read, 16k-19M
+# the studies whose ladders the rules read, 16k-19M (their entries' ladder_rules)
+LADDER_STUDIES = tuple(s.name for s in studies.STUDIES.values() if s.ladder_rules)
 
 
 def every_rung(preset_name: str) -> tuple[int, ...] | None:
