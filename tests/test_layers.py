@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "dashboard")
 # the rank of each layer, lowest first: a module may import its own layer and those below it, never one above
 LAYERS = {
-    "core": 0,  # engine.core, and engine.paper / engine.errors (they import nothing of the engine)
+    "core": 0,  # engine.core, and engine.paper / engine.errors / engine.studies (they import nothing of the engine)
     "ouro": 1,  # engine.ouro: the released model as an HF-style package (modeling, loading), never its experiments
     "experiments": 2,  # engine.experiments, E1 on the released model included
     "runtime": 3,  # engine.runtime, and engine.inputs (the checks of untrusted input the runtime and the CLI share)
@@ -26,7 +26,7 @@ def layer(module: str) -> str:
     if parts[0] == "dashboard":
         return "dashboard"
     second = parts[1] if len(parts) > 1 else ""
-    if second in ("core", "paper", "errors", ""):
+    if second in ("core", "paper", "errors", "studies", ""):
         return "core"
     if second == "ouro":
         return "ouro"
