@@ -398,6 +398,7 @@ def contrast_outcome(fwd: pd.Series, rev: pd.Series, floor: float, bar: float, u
 
 # docs/design.md §10's thresholds: (floor, bar) of rule 2 (accuracy) and rule 3 (the margin relative to its own)
 CONTRAST_RULES = {"accuracy": (0.05, 0.25), "margin": (0.1, 0.5)}
+CONTRAST_PAIRS = 16  # the design's seed pairs: with fewer stored, the contrast is shown and left undecided
 
 
 def contrast_claims(c: pd.DataFrame, T: int) -> list[tuple[str, str, str, tuple[str, str]]]:
@@ -410,6 +411,9 @@ def contrast_claims(c: pd.DataFrame, T: int) -> list[tuple[str, str, str, tuple[
     for metric, (floor, bar) in CONTRAST_RULES.items():
         unit = "accuracy" if metric == "accuracy" else "margin lost, relative to the margin as trained"
         outcome = contrast_outcome(at.loc[f"{metric} fwd"], at.loc[f"{metric} rev"], floor, bar, unit)
+        if (pairs := int(at.loc[f"{metric} fwd", "n"])) < CONTRAST_PAIRS:  # the design is not complete: not read
+            outcome = ("undecided", f"{outcome[1]} ({pairs} of the design's {CONTRAST_PAIRS} so far; would read "
+                       f"{outcome[0]})")  # fmt: skip
         outcomes[metric] = outcome[0]
         found.append((f"contrast ({metric})", f"breaking agreement with the state bounded (none->norm) hurts as "
                       f"removing the norm (norm->none) does, on {metric} at n = T",
