@@ -48,6 +48,7 @@ pages = {
         st.Page(PAGES / "ouro.py", title="Ouro (E1)", icon=":material/public:"),
     ],
     "Provenance": [st.Page(PAGES / "runs.py", title="Runs", icon=":material/table:")],
+    "Inside a run": [st.Page(PAGES / "inspector.py", title="Inspector", icon=":material/troubleshoot:")],
     "Live": [st.Page(PAGES / "run.py", title="Run", icon=":material/play_circle:")],
 }
 if presets("e5"):  # a page appears with its data: E5 is run by name, after the paper's experiments

@@ -11,6 +11,7 @@ damaged or unreadable file becomes a message on the page, never a traceback.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,7 +198,7 @@ def compare_folder(text: str) -> Path | None:
     if jobs.read_only() and folder.resolve() not in listed:
         st.warning(f"{as_text(folder)} is not among the folders this read-only copy compares with (LOOPSCOPE_COMPARE).")
         return None
-    roots = compare_roots()
+    roots = [*compare_roots(), results_root().resolve() / jobs.WORKBENCH]  # the jobs' own folder (not a link out)
     if not jobs.read_only() and not any(folder.resolve().is_relative_to(root) for root in roots):
         st.warning(
             f"{as_text(folder)} is outside the folders this dashboard compares from "
@@ -383,11 +384,12 @@ def _run_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | N
 
 
 def run_stores(root: Path | None = None) -> dict[str, Path]:
-    """{folder: store} of the runs the dashboard lists: the results folder's own ("") and each study's own folder
-    (OWN_FOLDER, e.g. "gpu") that holds runs; no other subfolder is read."""
+    """{folder: store} of the runs the dashboard lists: the results folder's own (""), each study's own folder
+    (OWN_FOLDER, e.g. "gpu") and the jobs' workbench (jobs.WORKBENCH) that hold runs; no other subfolder is read."""
     root = root or results_root()
     own = {study: root / folder for study, folder in OWN_FOLDER.items() if (root / folder / "runs").is_dir()}
-    return {"": root, **own}
+    bench = {jobs.WORKBENCH: root / jobs.WORKBENCH} if (root / jobs.WORKBENCH / "runs").is_dir() else {}
+    return {"": root, **own, **bench}
 
 
 def run_id(folder: str, key: str) -> str:
@@ -493,32 +495,73 @@ def _probe_losses(folder: str, keys: tuple) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- jobs: from a job to its results
 
-EXPERIMENT_PAGES = {"e2": "accuracy.py", "e3": "refit.py", "e4": "stacked.py", "e1": "ouro.py"}
+# the pages that overlay another folder's table beside the study's (views.comparison): a workbench table opens there
+BESIDE_PAGES = {"e2": "accuracy.py", "e4": "stacked.py"}
+
+
+def duration(seconds: float) -> str:
+    """Seconds for a reader: "45 s", "12 min", "3 h 5 min" (rounded up)."""
+    whole = math.ceil(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    minutes = math.ceil(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def workbench_root() -> Path:
+    """The folder every job writes into (engine.runtime.jobs.workbench), beside the published results."""
+    return results_root() / jobs.WORKBENCH
 
 
 def job_results(spec: dict | None) -> dict:
-    """Where a finished job's results are shown: {"runs": run keys, "experiment": e2/e3/e4 or None,
-    "preset": its preset or None}. The run keys are the spec's own (RunConfig.run_key per seed), not its group's."""
-    found = {"runs": [], "experiment": None, "preset": None}
+    """Where a finished job's results are: {"runs": their run ids in the workbench (the spec's own seeds, not its
+    group's), "experiment": an experiment job's experiment (else None), "tables": (experiment, preset) of the
+    workbench tables it wrote or added to}."""
+    found = {"runs": [], "experiment": None, "tables": []}
     try:
         parsed = jobs.spec_from_dict(spec or {})
     except Exception:  # an older or damaged spec: no links, never a crash
         return found
+    tables = workbench_tables()
     if isinstance(parsed, jobs.TrainSpec):
-        found["runs"] = [parsed.config.run_key(s) for s in parsed.seeds]
+        found["runs"] = [run_id(jobs.WORKBENCH, parsed.config.run_key(s)) for s in parsed.seeds]
     elif isinstance(parsed, jobs.ExperimentSpec):
-        found["experiment"], found["preset"] = parsed.experiment, parsed.preset
+        mine = (tables["experiment"] == parsed.experiment) & (tables["preset"] == parsed.preset)
+        found["experiment"] = parsed.experiment
+        found["tables"] = [(parsed.experiment, parsed.preset)] if mine.any() else []
     else:
-        found["runs"] = [parsed.run_key]
-        try:
-            experiment = Store(results_root()).manifest(parsed.run_key).get("experiment")
-        except CorruptRun:
-            experiment = None
-        if experiment in EXPERIMENT_PAGES:
-            found["experiment"] = experiment
-            tables = [p for p in presets(experiment) if p not in OWN_FOLDER]  # a job's run is the results folder's
-            found["preset"] = tables[0] if tables else None
+        found["runs"] = [run_id(jobs.WORKBENCH, parsed.run_key)]
+        held = tables[[parsed.run_key in keys.split() for keys in tables["run_keys"]]]
+        found["tables"] = list(zip(held["experiment"], held["preset"], strict=True))
     return found
+
+
+def workbench_tables() -> pd.DataFrame:
+    """The workbench's experiment tables (what jobs wrote, beside the published ones): experiment, preset, the
+    seeds they hold (text), their largest n, and their run keys (space-separated); cached on the files' state."""
+    folder = workbench_root()
+    paths = sorted(folder.glob("e*-*.parquet")) if folder.is_dir() else []
+    return _workbench_tables(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _workbench_tables(state: tuple) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    out = []
+    for path, *_ in state:
+        m = results.TABLE_NAME.match(Path(path).name)
+        if m is None:  # another file that the glob matched
+            continue
+        try:
+            t = pq.read_table(path, columns=["run_key", "seed", "eval_loops"]).to_pandas()
+        except Exception:  # damaged: a rerun of the job rewrites it
+            continue
+        seeds = sorted(int(s) for s in t["seed"].unique())
+        out.append({"experiment": m.group(1), "preset": m.group(2), "table": Path(path).name,
+                    "seeds": ", ".join(map(str, seeds)), "largest n": int(t["eval_loops"].max()),
+                    "run_keys": " ".join(sorted(t["run_key"].unique()))})  # fmt: skip
+    return pd.DataFrame(out, columns=["experiment", "preset", "table", "seeds", "largest n", "run_keys"])
 
 
 def log_tail(root: Path, jid: str, lines: int = 20) -> str:

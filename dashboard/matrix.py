@@ -11,6 +11,7 @@ import urllib.parse
 from pathlib import Path
 
 from dashboard import results
+from engine import studies
 
 MEAN, HARDEST = results.LEVELS
 TASKS = ("parity", "chain")  # parity first: the chain of the CPU studies is a parity-like control
@@ -30,7 +31,8 @@ ROWS = (  # (experiment, claim (a prefix for E5's parts, one claim per distribut
     ("e5", "ladder", "E5 3 · the surgery's damage against scale"),
     ("e5", "rescale", "E5 4 · a zero-parameter rescale instead of the norm"),
 )
-PARITY_LIKE_CHAIN = ("cpu", "cpu-1layer")  # studies whose chain is the ordered single chain (docs/results.md)
+# studies whose chain is the ordered single chain (docs/results.md): their entries say so
+PARITY_LIKE_CHAIN = tuple(s.name for s in studies.STUDIES.values() if s.parity_like_chain)
 PAGE = {"e2": "accuracy", "e3": "refit", "e4": "stacked", "e5": "agreement"}  # the URL path of each page
 NUMBER = r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 # (experiment, claim, analysis or None for any) -> [(pattern, format)]: the number each rule reads, from `measured`

@@ -74,11 +74,18 @@ def _esc(text) -> str:
     return htmllib.escape(str(text))
 
 
+ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")  # CommonMark's backslash escapes (dashboard.results.as_text writes them)
+
+
 def _md(text) -> str:
-    """The engine's claim texts use `code` and **bold**: keep those, escape the rest."""
+    """The Markdown of the engine's claim texts and the dashboard's sentences as HTML: `code` and **bold** kept, a
+    backslash-escaped mark shown as the mark (as text, like the rest: a value from a file never becomes markup)."""
+    marks: list[str] = []
+    text = ESCAPED.sub(lambda m: marks.append(m.group(1)) or f"\ue000{len(marks) - 1}\ue001", str(text))
     text = _esc(text)
     text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    return re.sub("\ue000(\\d+)\ue001", lambda m: _esc(marks[int(m.group(1))]), text)
 
 
 def _svg(chart) -> str:
@@ -390,39 +397,38 @@ FIGURES = {"e1": e1_figures, "e2": e2_figures, "e3": e3_figures, "e4": e4_figure
 # ---------------------------------------------------------------- provenance and commands
 
 
+def manifest_facts(paths: list[Path], refits: bool = False) -> list[dict]:
+    """The provenance of each run (or refit) manifest: experiment, commit, machine, device and when, as text; a
+    manifest that is not one (unreadable, nested too deep, a field of the wrong type: engine.core.store's
+    valid_manifest) is left out, as the store leaves its run out."""
+    from engine.core.store import valid_manifest
+
+    out = []
+    for path in paths:
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            continue
+        if valid_manifest(m) is not None:
+            continue
+        experiment = str(m.get("experiment", "e3" if refits else ""))
+        out.append({
+            "experiment": f"{experiment} refits" if refits else experiment,
+            "commit": str(m.get("git_commit") or "")[:10] + ("+dirty" if m.get("git_dirty") else ""),
+            "machine": str((m.get("machine") or {}).get("cpu", m.get("host", ""))),
+            "device": str(m.get("device", "")),
+            "created": str(m.get("created", "")),
+        })  # fmt: skip
+    return out
+
+
 def provenance(root: Path, tables: dict[str, str], frames: dict[str, pd.DataFrame]) -> tuple[list[str], list[list]]:
     """From the run manifests where the runs are present (commit, machine, device, runs), else from the tables."""
-    manifests, folders = [], list(dict.fromkeys(results.study_root(root, p) for p in tables.values()))
-    for path in sorted(p for folder in folders for p in folder.glob("runs/*/manifest.json")):
-        try:
-            manifests.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    if manifests:
-        frame = pd.DataFrame(
-            {
-                "experiment": [m.get("experiment", "") for m in manifests],
-                "commit": [
-                    str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else "") for m in manifests
-                ],
-                "machine": [(m.get("machine") or {}).get("cpu", m.get("host", "")) for m in manifests],
-                "device": [m.get("device", "") for m in manifests],
-                "created": [m.get("created", "") for m in manifests],
-            }
-        )
-        refits = []
-        for path in sorted(p for folder in folders for p in folder.glob("refits/*/manifest.json")):  # E3's refits
-            try:
-                refits.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                continue
-        frame = pd.concat([frame, pd.DataFrame({
-            "experiment": [f"{m.get('experiment', 'e3')} refits" for m in refits],
-            "commit": [str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else "") for m in refits],
-            "machine": [(m.get("machine") or {}).get("cpu", m.get("host", "")) for m in refits],
-            "device": [m.get("device", "") for m in refits],
-            "created": [m.get("created", "") for m in refits],
-        })], ignore_index=True)  # fmt: skip
+    folders = list(dict.fromkeys(results.study_root(root, p) for p in tables.values()))
+    runs = manifest_facts(sorted(p for folder in folders for p in folder.glob("runs/*/manifest.json")))
+    if runs:
+        refits = sorted(p for folder in folders for p in folder.glob("refits/*/manifest.json"))  # E3's refits
+        frame = pd.DataFrame(runs + manifest_facts(refits, refits=True))
         grouped = frame.groupby(["experiment", "commit", "machine", "device"], as_index=False).agg(
             runs=("created", "size"), first=("created", "min"), last=("created", "max")
         )
@@ -664,7 +670,12 @@ def html_bytes(preset_name: str | None = None, root: Path | None = None) -> byte
 
 
 def write(out: Path, root: Path, preset_name: str | None = None) -> Path:
-    """Write <out>/index.html; return its path."""
+    """Write <out>/index.html; return its path. A study's recipe-probe.json that is not one (results.probe_problem)
+    ends it in one sentence (UsageError: `loopscope report` exits 2) before anything is written."""
+    from engine.errors import UsageError
+
+    if problem := next(filter(None, (results.probe_problem(s, root) for s in results.OWN_FOLDER)), None):
+        raise UsageError(problem)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "index.html"

@@ -2,11 +2,15 @@
 
 The overview is the first page a reader sees, so it imports only this module (and Streamlit): the engine,
 which pulls in torch, scipy and pandas, is imported only when a table's verdicts must be computed. Computed
-verdicts are found, in this order: in the results folder's `verdicts.json` (SHIPPED: written by `python -m
-dashboard.results ROOT --ship` when results are shipped, each table's entry keyed on the table's SHA-256 and a
-digest of the code that computes verdicts); in cache_dir() (JSON, keyed on the table file's size and mtime and
-the same code digest), so a new server process shows unchanged results without recomputing them; else
-computed. A changed table or verdict rule is never served stale: its key no longer matches.
+verdicts are bound to the table they judge: each is keyed on the SHA-256 of the table's bytes and RULES_VERSION
+(the rules' version, bumped by hand with any change to what a verdict reads or says; never the bytes of source
+files, so reformatting a module leaves them current). They are found, in this order: in the table's folder's
+`verdicts.json` (SHIPPED: written by `python -m dashboard.results ROOT --ship` when results are shipped; never
+brought by `loopscope pull` or `merge`: what comes from elsewhere is judged here); in cache_dir() (JSON under the
+same key), so a new server process shows unchanged results without recomputing them; else computed. A changed
+table or rule version is never served stale: its key no longer matches.
+
+Everything read from a file or a URL that a page puts into Markdown goes through as_text (a value, never a link).
 """
 
 from __future__ import annotations
@@ -14,40 +18,68 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 from pathlib import Path
 
 import streamlit as st
 
+from engine import studies
+
 if not st.runtime.exists():  # a command (loopscope report, --ship), not a server: the in-memory cache is expected
     logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
 
-TABLE_NAME = re.compile(r"^(e\d+)-(.+)\.parquet$")
-# the default: the largest study present that has an E2 table (default_study); the GPU study (the paper's scale, 19M
-# at its largest rung) before the CPU studies, its smoke-sized twin before `smoke`
-SCALE_ORDER = ("paper", "gpu", "cpu-ladder", "cpu", "cpu-1layer", "gpu-smoke", "smoke")
-# Studies whose runs and tables live in a folder of their own under the results folder: engine.core.presets.OWN_FOLDER
-# (repeated here because that module imports torch, which the overview must not; tests/test_gpu_study_dashboard.py
-# checks that the two agree). Only these subfolders are read: never an arbitrary folder under the results folder.
-OWN_FOLDER = {"gpu": "gpu", "gpu-smoke": "gpu-smoke", "cpu-ladder": "cpu-ladder"}
-GPU_STUDIES = ("gpu", "gpu-smoke")  # the studies designed for a GPU (the others ran on the CPU)
-# A GPU study's ladder continues a CPU study's, on the same task and budget T (docs/gpu-study.md: the bridge
-# rung runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
-LADDER_PARTNER = {"gpu": "cpu", "gpu-smoke": "cpu", "cpu-ladder": "cpu"}
+# A results table's file name: the experiment, then the study (or E1's model slug) in lowercase letters, digits, '.',
+# '_' and '-', never a web address: pages and the report name a table and its study by it, so a file named otherwise
+# (a pulled one, say) is no table of the dashboard's and cannot put markup or a link on a page
+TABLE_NAME = re.compile(r"^(e\d+)-((?!.*www\.)[a-z0-9][a-z0-9._-]{0,63})\.parquet$")
+# Each study's facts are its entry in engine.studies (torch-free, so the overview may import it). The default study:
+# the largest present that has an E2 table (default_study), by the entries' order
+SCALE_ORDER = tuple(studies.by_order())
+# Studies whose runs and tables live in a folder of their own under the results folder. Only these subfolders are
+# read: never an arbitrary folder under the results folder.
+OWN_FOLDER = studies.own_folders()
+GPU_STUDIES = tuple(s.name for s in studies.STUDIES.values() if s.device == "GPU")  # designed for a GPU
+# A study's ladder that continues a lower study's, on the same task and budget T (docs/gpu-study.md: the bridge rung
+# runs on both devices): the E5 ladder figure draws the two together, each point marked by its device
+LADDER_PARTNER = {s.name: s.ladder_partner for s in studies.STUDIES.values() if s.ladder_partner}
 # A study's recipe probe record, in its folder: engine.experiments.runs.RECIPE_PROBE_FILE (repeated here as
 # OWN_FOLDER is; tests/test_cpu_ladder.py checks that the two agree)
 RECIPE_PROBE_FILE = "recipe-probe.json"
 # A study whose recipe a probe adopts (<study folder>/recipe-probe.json): the recipe its partner's rungs were trained
 # with. The partner continues its ladder only if the probe adopted the same one; else the study trains those rungs
 # itself (engine.experiments.e5.continues, which compares the configs; tests/test_cpu_ladder.py checks they agree)
-PARTNER_RECIPE = {"cpu-ladder": "R1"}
-ENGINE = Path(__file__).resolve().parents[1] / "engine"
-VERDICT_CODE = (  # the files whose code decides a cached verdict, this one included: their digest keys the cache
-    ENGINE / "paper.py", ENGINE / "core/stats.py", ENGINE / "core/presets.py", ENGINE / "experiments/verdicts.py",
-    ENGINE / "experiments/e2.py", ENGINE / "experiments/e3.py", ENGINE / "experiments/e4.py",
-    ENGINE / "experiments/e5.py", ENGINE / "experiments/refit.py", Path(__file__).resolve(),
-)  # fmt: skip
+PARTNER_RECIPE = {s.name: s.partner_recipe for s in studies.STUDIES.values() if s.partner_recipe}
+# The verdict rules' version, with the table's SHA-256 the key of every stored verdict (SHIPPED, cache_dir). Bump it
+# by hand in the commit that changes what any verdict reads or says (engine/paper.py's thresholds, engine/core/stats.py,
+# engine/experiments/verdicts.py, an experiment's claims, scale_of here), and reship (`python -m dashboard.results
+# cached_results --ship`): tests/test_untrusted.py fails where a shipped verdict differs from a fresh computation.
+RULES_VERSION = 1
+JOINER = "\u2060"  # WORD JOINER: invisible, breaks nothing a reader sees, and no autolink reads through it
+# where a web or mail address would begin to be a link: before every ':' (https:, mailto:), between `www` and its
+# dot, after every '@'
+ADDRESS = re.compile(r"(?=:)|(?<=[wW]{3})(?=\.)|(?<=@)")
+
+
+def as_text(value, most: int = 80) -> str:
+    """A value that came from elsewhere (a URL's parameter, a text box, a manifest, a probe record, a file's name),
+    for a Markdown body (st.markdown, st.caption, st.warning, ...): shown as the text it is, never as a link, an image,
+    HTML, an icon or a formula. Every ASCII punctuation mark is escaped (CommonMark's backslash escapes), line breaks
+    become spaces, and a web or mail address is broken by an invisible WORD JOINER (GitHub's autolinks, which
+    Streamlit's Markdown finds in the text after the escapes are resolved, no longer match); at most `most`
+    characters."""
+    text = " ".join(str(value).split())
+    text = text if len(text) <= most else text[: most - 1] + "…"
+    text = ADDRESS.sub(JOINER, text)
+    return "".join(f"\\{c}" if c.isascii() and not c.isalnum() and not c.isspace() else c for c in text)
+
+
+def plain_name(name, most: int = 40) -> str:
+    """A file's or folder's name for a label that a chart and Markdown both show (a legend, a heading, a caption):
+    its letters, digits, spaces, '.', '_' and '-', any other character as '_', no web address (a WORD JOINER where
+    one would begin): the same text in either."""
+    return ADDRESS.sub(JOINER, re.sub(r"[^\w .-]", "_", str(name))[:most])
 
 
 def results_root() -> Path:
@@ -98,8 +130,9 @@ def _run_on(folder: str, root: str, tables: tuple) -> str:
             m = json.loads((Path(folder) / "runs" / key / "manifest.json").read_text())
             train = (m.get("config") or {}).get("train") or {}
             gpu = str(m.get("device", "")).startswith("cuda")
-            how = "GPU, bf16 autocast" if gpu else f"CPU, {train.get('precision') or 'fp32'}"
-        except (OSError, ValueError, AttributeError):
+            precision = train.get("precision") or "fp32"  # a manifest's word, shown only where it is one of these
+            how = "GPU, bf16 autocast" if gpu else f"CPU, {precision if precision in ('fp32', 'bf16') else '?'}"
+        except (OSError, ValueError, AttributeError, RecursionError):
             continue
         counts[how] = counts.get(how, 0) + 1
     return "; ".join(sorted(counts, key=lambda h: -counts[h]))
@@ -210,31 +243,25 @@ def _provenance(state: tuple) -> list[dict]:
             torch = gpu.get("torch") or (m.get("versions") or {}).get("torch")
             row = (m.get("device"), gpu.get("name"), gpu.get("capability"), gpu.get("driver"), gpu.get("cuda"), torch,
                    m.get("dtype_policy"))  # fmt: skip
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):  # not a manifest of a run: not counted
             continue
-        row = tuple(str(v) if v not in (None, "") else "—" for v in row)
+        row = tuple(" ".join(str(v).split())[:80] if v not in (None, "") else "—" for v in row)
         counts[row] = counts.get(row, 0) + 1
     found = [dict(zip(PROVENANCE, row, strict=True), runs=n) for row, n in counts.items()]
     return sorted(found, key=lambda r: -r["runs"])
 
 
 def provenance_text(rows: list[dict]) -> str:
-    """study_provenance's rows in one line for a reader: the GPU, its capability, driver, CUDA and torch, the dtype
-    policy, and how many runs; '' where there are none."""
+    """study_provenance's rows in one line of Markdown for a reader: the GPU, its capability, driver, CUDA and torch,
+    the dtype policy, and how many runs, each value as the manifests' text (as_text); '' where there are none."""
     parts = []
-    for r in rows:
+    for row in rows:
+        r = {k: as_text(v) if k != "runs" else v for k, v in row.items()}
         gpu = (f"{r['GPU']} (compute capability {r['capability']}), driver {r['driver']}, CUDA {r['CUDA']}"
-               if r["GPU"] != "—" else r["device"])  # fmt: skip
-        policy = f"; dtype policy: {r['dtype policy']}" if r["dtype policy"] != "—" else ""
+               if row["GPU"] != "—" else r["device"])  # fmt: skip
+        policy = f"; dtype policy: {r['dtype policy']}" if row["dtype policy"] != "—" else ""
         parts.append(f"{gpu}, torch {r['torch']}{policy} ({r['runs']} run{'s' if r['runs'] != 1 else ''})")
     return "; ".join(parts)
-
-
-def _verdict_code() -> str:
-    digest = hashlib.sha256()
-    for path in VERDICT_CODE:
-        digest.update(path.read_bytes() if path.is_file() else b"")
-    return digest.hexdigest()[:16]
 
 
 def scale_of(experiment: str, preset_name: str, rows) -> str:
@@ -255,13 +282,12 @@ def probe_open(study: str, root: Path | None = None) -> str | None:
     Until then the study's own rung is a rejected candidate's probe runs, not the ladder's: its figures leave the
     rung out and the ladder's rules wait."""
     probe = probe_record(study, root)
-    if probe is None or probe.get("adopted"):
+    if probe is None or probe["adopted"]:
         return None
-    candidates = [c for c in probe["candidates"].values() if isinstance(c, dict)]
-    below = bool(candidates) and all(c.get("outcome") == "rejected" for c in candidates)
+    below = all(c["outcome"] == "rejected" for c in probe["candidates"].values())
     return (
         f"The `{study}` study's recipe probe has adopted no recipe yet (held-out accuracy at n = T per seed: "
-        f"{_probe_scores(probe)}; the rule: {probe.get('rule', '?')}). "
+        f"{_probe_scores(probe)}; the rule: {as_text(probe['rule'], 200)}). "
         + (
             "No candidate reached the bar, so the study is **recipe below the bar**: the rule adopts the best of them "
             "by the mean over seeds 0–3, once the seeds the early stop skipped are trained. "
@@ -278,12 +304,12 @@ def recipe_below_bar(study: str, root: Path | None = None) -> str | None:
     (engine.runtime.cpu_ladder.below_bar): the label every figure of it carries, with each candidate's scores;
     None elsewhere."""
     probe = probe_record(study, root)
-    if probe is None or not probe.get("adopted") or not probe.get("below_bar"):
+    if probe is None or not probe["adopted"] or not probe["below_bar"]:
         return None
     return (
         f"**Recipe below the bar.** No candidate of the `{study}` study's recipe probe reached its bar ("
-        f"{probe.get('rule', '?')}; held-out accuracy at n = T per seed: {_probe_scores(probe)}), so the rule adopted "
-        f"the best of them, {probe['adopted']}, for every rung (docs/gpu-study.md)."
+        f"{as_text(probe['rule'], 200)}; held-out accuracy at n = T per seed: {_probe_scores(probe)}), so the rule "
+        f"adopted the best of them, {as_text(probe['adopted'])}, for every rung (docs/gpu-study.md)."
     )
 
 
@@ -291,46 +317,101 @@ def probe_rows(study: str, root: Path | None = None) -> list[dict]:
     """A study's recipe probe seed by seed, one row per candidate in the rule's order: its held-out accuracy at n = T
     per seed ("—" for a seed not run), the range its mean over the probe's seeds can still take (as the engine wrote
     it: the seeds not run at 0 and at 1.0, what the rule's early stops and its best of three read) and its outcome.
-    [] where it has none."""
+    Plain text for a table (st.dataframe, the report's HTML table); [] where it has none."""
     probe, out = probe_record(study, root), []
-    candidates = {n: c for n, c in (probe or {}).get("candidates", {}).items() if isinstance(c, dict)}
-    if not candidates:
+    if probe is None:
         return out
     # a record written before it carried `seeds` and `mean_range` (2026-12-06): its scores, and no range
-    seeds = probe.get("seeds") or max(len(c.get("scores", [])) for c in candidates.values())
-    for name, c in candidates.items():
-        scores = c.get("scores", [])
+    seeds = probe["seeds"] or max(len(c["scores"]) for c in probe["candidates"].values())
+    for name, c in probe["candidates"].items():
+        scores = c["scores"]
         row = {"candidate": name} | {f"seed {s}": f"{scores[s]:.4f}" if s < len(scores) else "—" for s in range(seeds)}
-        low, high = c.get("mean_range") or (None, None)
+        low, high = c["mean_range"] or (None, None)
         mean = ("—" if low is None else f"{low:.3f}" if len(scores) == seeds
                 else f"{low:.3f}–{high:.3f} ({len(scores)} of {seeds} seeds)")  # fmt: skip
-        outcome = c.get("outcome", "?")
-        if probe.get("adopted") == name:
-            outcome = f"{outcome}; adopted as the best (recipe below the bar)" if probe.get("below_bar") else "adopted"
+        outcome = c["outcome"]
+        if probe["adopted"] == name:
+            outcome = f"{outcome}; adopted as the best (recipe below the bar)" if probe["below_bar"] else "adopted"
         out.append(row | {f"mean over seeds 0–{seeds - 1}": mean, "outcome": outcome})
     return out
 
 
+PROBE_MOST = 64  # a probe record's candidates, and seeds a candidate: at most this many (the rule's are 3 and 4)
+
+
 def probe_record(study: str, root: Path | None) -> dict | None:
-    """A study's recipe-probe.json (engine.runtime.cpu_ladder), None where it has none or it is unreadable."""
+    """A study's recipe-probe.json (engine.runtime.cpu_ladder) in the shape its readers use: {rule, seeds, adopted,
+    below_bar, candidates: {name: {scores, mean_range, outcome}}}, each field of its type (None, False or "?" where
+    an older record lacks it); None where the study has none or it is not one (probe_problem says why)."""
+    return _probe(study, root)[0]
+
+
+def probe_problem(study: str, root: Path | None = None) -> str | None:
+    """One sentence where a study's recipe-probe.json exists and is not a probe record as the engine writes it (not
+    JSON, nested too deep, a field of the wrong type): the pages show it and leave the probe out; `loopscope report`
+    stops with it (exit 2). None where it reads, or where there is none."""
+    return _probe(study, root)[1]
+
+
+def _probe(study: str, root: Path | None) -> tuple[dict | None, str | None]:
     folder = OWN_FOLDER.get(study)
     path = (Path(root) if root is not None else results_root()) / folder / RECIPE_PROBE_FILE if folder else None
+    if path is None or not path.is_file():
+        return None, None
+    where = f"{folder}/{RECIPE_PROBE_FILE}"
     try:
-        probe = json.loads(path.read_text()) if path and path.is_file() else None
-    except (OSError, ValueError):
-        return None
-    return probe if isinstance(probe, dict) and isinstance(probe.get("candidates"), dict) else None
+        with path.open("rb") as f:
+            data = f.read(2**20 + 1)
+        shaped, why = _probe_shape(json.loads(data)) if len(data) <= 2**20 else (None, "is larger than 1 MiB")
+    except (OSError, ValueError, RecursionError) as e:
+        shaped, why = None, "is nested too deep" if isinstance(e, RecursionError) else "is not readable JSON"
+    if shaped is None:
+        return None, (f"{where} {why}, not a recipe probe record as engine.runtime.cpu_ladder writes it, so the "
+                      "study's probe is left out; restore the file (git checkout) or run the probe again.")  # fmt: skip
+    return shaped, None
+
+
+def _real(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _probe_shape(probe) -> tuple[dict | None, str]:
+    """(the record in probe_record's shape, "") or (None, what is wrong with it)."""
+    if not isinstance(probe, dict):
+        return None, f"is a JSON {type(probe).__name__}, not an object"
+    given = probe.get("candidates")
+    if not isinstance(given, dict) or not 0 < len(given) <= PROBE_MOST:
+        return None, f"names no candidates (or more than {PROBE_MOST})"
+    candidates = {}
+    for name, c in given.items():
+        scores = c.get("scores") if isinstance(c, dict) else None
+        if not isinstance(scores, list) or len(scores) > PROBE_MOST or not all(_real(x) for x in scores):
+            return None, "has a candidate without a list of scores"
+        spread = c.get("mean_range")
+        if spread is not None and not (isinstance(spread, list) and len(spread) == 2 and all(map(_real, spread))):
+            return None, "has a candidate whose mean_range is not two numbers"
+        if not isinstance(c.get("outcome", "?"), str):
+            return None, "has a candidate whose outcome is not text"
+        candidates[name] = dict(scores=scores, mean_range=spread, outcome=c.get("outcome", "?"))
+    seeds, adopted = probe.get("seeds"), probe.get("adopted")
+    if seeds is not None and not (isinstance(seeds, int) and not isinstance(seeds, bool) and 0 < seeds <= PROBE_MOST):
+        return None, "has a number of seeds that is not a count"
+    if adopted is not None and not (isinstance(adopted, str) and adopted in candidates):
+        return None, "adopts a recipe that is not one of its candidates"
+    if not isinstance(probe.get("below_bar", False), bool) or not isinstance(probe.get("rule", "?"), str):
+        return None, "has a below_bar or rule of the wrong type"
+    return dict(rule=probe.get("rule", "?"), seeds=seeds, adopted=adopted, below_bar=probe.get("below_bar", False),
+                candidates=candidates), ""  # fmt: skip
 
 
 def _probe_scores(probe: dict) -> str:
-    """Each candidate's scores per seed and outcome, with its mean once all the probe's seeds are in."""
+    """Each candidate's scores per seed and outcome, with its mean once all the probe's seeds are in (Markdown: the
+    record's words as text)."""
     said = []
     for name, c in probe["candidates"].items():
-        if not isinstance(c, dict):
-            continue
-        scores = c.get("scores", [])
-        mean = f", mean {sum(scores) / len(scores):.2f}" if len(scores) == probe.get("seeds") else ""
-        said.append(f"{name}: {', '.join(f'{x:.2f}' for x in scores)} ({c.get('outcome', '?')}{mean})")
+        scores = c["scores"]
+        mean = f", mean {sum(scores) / len(scores):.2f}" if scores and len(scores) == probe["seeds"] else ""
+        said.append(f"{as_text(name)}: {', '.join(f'{x:.2f}' for x in scores)} ({as_text(c['outcome'])}{mean})")
     return "; ".join(said)
 
 
@@ -379,9 +460,10 @@ def cache_dir() -> Path:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _claims(path: str, experiment: str, preset_name: str, state: tuple, code: str) -> dict:
-    """In memory per process, and on disk (_disk_claims) across processes."""
-    return _disk_claims(path, experiment, preset_name, state, code)
+def _claims(path: str, experiment: str, preset_name: str, state: tuple, rules: int) -> dict:
+    """In memory per process (keyed on the table file's size and mtime and the rules' version), and on disk
+    (_disk_claims) across processes."""
+    return _disk_claims(path, experiment, preset_name)
 
 
 SHIPPED = "verdicts.json"  # beside the tables: their verdicts as computed when the results were shipped
@@ -391,13 +473,13 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _shipped(path: Path, code: str) -> dict | None:
-    """The table's verdicts from the folder's SHIPPED file, if its entry is for these bytes and this code."""
+def _shipped(path: Path, sha: str) -> dict | None:
+    """The table's verdicts from the folder's SHIPPED file, if its entry is for these bytes (sha) and these rules."""
     try:
         entry = json.loads((path.parent / SHIPPED).read_text())["tables"][path.name]
-        if entry["code"] == code and entry["sha256"] == _sha256(path):
+        if entry["rules"] == RULES_VERSION and entry["sha256"] == sha and isinstance(entry["found"], dict):
             return entry["found"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass
     return None
 
@@ -406,7 +488,7 @@ def ship(root: Path) -> Path:
     """Compute every table's verdicts under root afresh and write them to SHIPPED beside the tables, atomically: root's
     (returned), and a study's own folder's (OWN_FOLDER: each folder ships whole), so a server on a fresh copy of the
     folder draws the overview without computing them; run when results ship."""
-    root, code = Path(root), _verdict_code()
+    root = Path(root)
     folders: dict[Path, dict] = {root: {}}
     for experiment, names in catalog(root).items():
         for preset_name in names:
@@ -414,7 +496,8 @@ def ship(root: Path) -> Path:
             found = _compute_claims(path, experiment, preset_name)
             if found["problems"]:
                 raise ValueError(f"{path.name}: {' '.join(found['problems'])}")
-            folders.setdefault(path.parent, {})[path.name] = {"sha256": _sha256(path), "code": code, "found": found}
+            folders.setdefault(path.parent, {})[path.name] = {"sha256": _sha256(path), "rules": RULES_VERSION,
+                                                              "found": found}  # fmt: skip
     for folder, tables in folders.items():
         _write_json(folder / SHIPPED, {"tables": tables}, indent=1, sort_keys=True)
     return root / SHIPPED
@@ -427,13 +510,17 @@ def _write_json(path: Path, value, **how) -> None:
     os.replace(part, path)
 
 
-def _disk_claims(path: str, experiment: str, preset_name: str, state: tuple, code: str) -> dict:
+def _disk_claims(path: str, experiment: str, preset_name: str) -> dict:
     """The shipped verdicts (_shipped) if they are current; else on disk (cache_dir) across processes, keyed on
-    the table file's path, size and mtime and the verdict code's digest; a folder that cannot be written only
-    costs the recomputation."""
-    if (found := _shipped(Path(path), code)) is not None:
+    the table's SHA-256, its experiment and study and RULES_VERSION; a folder that cannot be written only costs the
+    recomputation."""
+    try:
+        sha = _sha256(Path(path))
+    except OSError:  # gone or unreadable since it was listed: _compute_claims says so
+        return _compute_claims(Path(path), experiment, preset_name)
+    if (found := _shipped(Path(path), sha)) is not None:
         return found
-    key = hashlib.sha256(json.dumps([path, experiment, preset_name, state, code]).encode()).hexdigest()[:24]
+    key = hashlib.sha256(json.dumps([sha, experiment, preset_name, RULES_VERSION]).encode()).hexdigest()[:24]
     cached = cache_dir() / f"claims-{key}.json"
     try:
         return json.loads(cached.read_text())
@@ -460,11 +547,11 @@ def warm(root: Path | None = None) -> int:
     """Compute (or find) every table's verdicts under root into the disk cache, as the overview would; returns
     how many tables. `loopscope dashboard` runs this beside the server, so a first visit finds them ready."""
     root = Path(root) if root is not None else results_root()
-    code, done = _verdict_code(), 0
+    done = 0
     for experiment, names in catalog(root).items():
         for preset_name in names:
             if key := _table_key(root, experiment, preset_name):
-                _disk_claims(*key, code)
+                _disk_claims(*key[:3])
                 done += 1
     return done
 
@@ -476,7 +563,7 @@ def claims(experiment: str, preset_name: str, root: Path | None = None) -> dict:
     key = _table_key(Path(root) if root is not None else results_root(), experiment, preset_name)
     if key is None:
         return {"rules": None, "claims": [], "problems": [], "scale": "—"}
-    found = _claims(*key, _verdict_code())
+    found = _claims(*key, RULES_VERSION)
     if experiment == "e5" and probe_open(preset_name, root):  # its own rung is a rejected candidate's: no verdict
         return found | {"claims": [], "withheld": found["claims"]}
     return found

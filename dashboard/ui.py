@@ -28,16 +28,7 @@ STUDY_HELP = (
     "paper's scale on a GPU (its own folder, gpu/: E2, E3 and E5's ladder and rescale surgery); cpu: the second CPU "
     "study (held-out items, docs/design.md's verdict rules); cpu-1layer: the first, an earlier design."
 )
-
-
-def as_text(value, most: int = 80) -> str:
-    """A value a visitor typed (a URL's parameter, a text box), for a Markdown body (st.warning, st.error, ...): shown
-    as the text it is, never as a link, an image, HTML, an icon or a formula. Every ASCII punctuation mark is escaped
-    (CommonMark's backslash escapes; a bare URL is then no link either), line breaks become spaces; at most `most`
-    characters."""
-    text = " ".join(str(value).split())
-    text = text if len(text) <= most else text[: most - 1] + "…"
-    return "".join(f"\\{c}" if c.isascii() and not c.isalnum() and not c.isspace() else c for c in text)
+as_text = results.as_text  # a value from elsewhere (a URL, a text box, a file) in a Markdown body: text, never a link
 
 
 def _ignored_link(key: str, options: Sequence, multi: bool = False) -> list[str]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from dashboard import caching, charts, data, ui
+from dashboard import caching, charts, data, results, ui
 from engine import paper
 
 METRIC_TITLES = {  # axis titles: short, with units; the captions say the rest
@@ -332,7 +332,8 @@ def comparison(experiment: str, preset_name: str) -> tuple[data.Table, str, str]
         for problem in other.problems:
             st.error(problem)
         return None
-    label = chosen if chosen != preset_name else f"{chosen} @ {folder.name}"
+    # another folder's (a workbench's) says so; its name as text, in a heading as in a legend
+    label = chosen if folder is None else f"{chosen} @ {results.plain_name(folder.name)}"
     return other, label, preset_name
 
 

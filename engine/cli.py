@@ -396,12 +396,13 @@ def _record(cfg: dict, with_config: bool, **fields) -> dict:
     then `fields` (seed, steps, status...)."""
     cfg = cfg if isinstance(cfg, dict) else {}
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    task = cfg.get("task") if isinstance(cfg.get("task"), dict) else {}
     try:
         params = RunConfig.from_dict(cfg).model.n_params
     except (ValueError, TypeError, KeyError, AttributeError):
         params = None
     return {
-        "run_key": fields.pop("run_key"), "task": (cfg.get("task") or {}).get("name"),
+        "run_key": fields.pop("run_key"), "task": task.get("name"),
         "arch": "looped" if model.get("tied", True) else "stacked", "boundary": model.get("boundary"),
         "T": model.get("trained_loops"), "params": params, **fields, **({"config": cfg} if with_config else {}),
     }  # fmt: skip
@@ -414,16 +415,15 @@ def part_trained(root: Path, with_config: bool) -> list[dict]:
 
     out = []
     for path in sorted((root / "jobs" / "ckpt").glob("*.safetensors")):
-        meta = checkpoint_header(path)
-        if meta is None:
-            continue
-        cfg, step = meta.get("config", {}), meta["step"]
-        for seed in meta.get("seeds", []):
-            try:
-                key = RunConfig.from_dict(cfg).run_key(seed)
-            except (ValueError, TypeError, KeyError, AttributeError):
-                key = ""
-            total = cfg["train"]["steps"]
+        try:
+            meta = checkpoint_header(path)
+        except ValueError as e:
+            raise UsageError(f"checkpoint {path} cannot be listed: {e}; delete it (the command that trained it then "
+                             "starts that training again at step 0).") from None  # fmt: skip
+        cfg, step = meta["config"], meta["step"]
+        run = RunConfig.from_dict(cfg)
+        for seed in meta["seeds"]:
+            key, total = run.run_key(seed), run.train.steps
             status = (f"trained, not evaluated: step {step} of {total} (checkpoint; the same command evaluates it)"
                       if step >= total else
                       f"part-trained: step {step} of {total} (checkpoint; the same command resumes it)")  # fmt: skip

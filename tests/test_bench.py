@@ -138,3 +138,21 @@ def test_matmul_ceiling_and_workers_measure_the_smoke_preset():
     workers = bench.bench_workers(run, peak=1e12, seeds=2, steps=3, workers=2)
     assert workers["workers_s"] > 0 and workers["one_process_s"] > 0
     assert workers["mfu_workers"] == pytest.approx(workers["mfu_one_process"] * workers["ratio"])
+
+
+@pytest.mark.parametrize("flags", [set(), {"amx_bf16"}], ids=["emulated-bf16", "native-bf16"])
+def test_the_precision_section_measures_one_size_and_says_why_on_a_cpu_without_native_bf16(monkeypatch, flags):
+    """Issue 59: on an AVX2 CPU bf16 is emulated (40-200x slower than fp32; the section ran over 20 minutes in its
+    first size): only the first size is measured, fp32 and bf16 once each, and one sentence says what was skipped.
+    With native bf16 every size and lever is measured."""
+    monkeypatch.setattr(bench, "cpu_flags", lambda: flags)
+    toy = (("toy", 16, 2, 32, 1, 2, 2), ("toy2", 16, 2, 32, 1, 2, 2))
+    result = bench.run_precision(quick=True, sizes=toy, steps=1, trials=1)
+    text = bench.format_precision_report(result)
+    if flags:
+        assert list(result["sizes"]) == ["toy", "toy2"] and "skipped" not in result
+        assert "attn_math_ratio" in result["sizes"]["toy"] and "levers: math attention" in text
+    else:
+        assert list(result["sizes"]) == ["toy"] and "attn_math_ratio" not in result["sizes"]["toy"]
+        assert result["skipped"].startswith("this CPU has no native bf16") and "skipped: toy2 " in result["skipped"]
+        assert text.endswith(result["skipped"]) and "levers" not in text

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pandas as pd
 import pytest
@@ -279,13 +280,13 @@ def test_run_page_submits_a_training_that_then_appears_among_the_runs(monkeypatc
     at.run()
     assert "**done**" in " ".join(m.value for m in at.markdown)
     (link,) = [link for link in at.get("page_link") if link.proto.label.startswith("Run ")]
-    store = Store(root)
+    store = jobs.workbench(root)  # a job's runs: in the workbench
     (key,) = [k for k in store.run_keys() if store.manifest(k)["seed"] == 0]  # seeds "1" = one seed, seed 0
-    assert link.proto.query_string == f"run={key}" and link.proto.page == "runs"
-    at.query_params["run"] = key  # follow the deep link
+    assert parse_qs(link.proto.query_string) == {"run": [f"workbench/{key}"]} and link.proto.page == "runs"
+    at.query_params["run"] = f"workbench/{key}"  # follow the deep link
     at.switch_page("app_pages/runs.py").run()
     assert at.dataframe[0].value.shape[0] == 2  # seed 1 trains in its group (seeds 0, 1), and both are stored
-    assert at.selectbox(key="run").value == key  # the link opened the job's own run
+    assert at.selectbox(key="run").value == f"workbench/{key}"  # the link opened the job's own run
 
 
 def test_runs_page_evaluates_a_run_at_more_loop_counts(monkeypatch, results, tmp_path, writable):
@@ -294,18 +295,21 @@ def test_runs_page_evaluates_a_run_at_more_loop_counts(monkeypatch, results, tmp
     at = render(monkeypatch, root, "runs")
     key = at.selectbox(key="run").value
     at.number_input(key="more_loops").set_value(12)
+    table = (root / "e2-smoke.parquet").read_bytes()
     at.button(key="more_submit").click().run()
     assert "submitted" in at.success[0].value
     (job,) = jobs.list_jobs(root)
     done = jobs.wait(job.job_id, root, timeout_s=120)
     assert done.state == "done", done.message
-    assert Store(root).load_rows(key)["eval_loops"].max() == 12, (done, key)
-    table = pd.read_parquet(root / "e2-smoke.parquet")
-    assert table.loc[table["run_key"] == key, "eval_loops"].max() == 12  # the figures read this table
-    render(monkeypatch, root, "accuracy")
-    at = render(monkeypatch, root, "runs")  # the added rows' provenance is on the run's page
-    assert at.selectbox(key="run").value == key
-    manifest = Store(root).manifest(key)
+    assert Store(root).load_rows(key)["eval_loops"].max() < 12 and (root / "e2-smoke.parquet").read_bytes() == table
+    bench = jobs.workbench(root)  # the rows went to the workbench's copy of the run and of its table
+    assert bench.load_rows(key)["eval_loops"].max() == 12, (done, key)
+    copy = pd.read_parquet(bench.root / "e2-smoke.parquet")
+    assert copy.loc[copy["run_key"] == key, "eval_loops"].max() == 12  # the compare box reads this table
+    render(monkeypatch, root, "accuracy", vs_root=str(bench.root), vs="smoke")
+    at = render(monkeypatch, root, "runs", run=f"workbench/{key}")  # the added rows' provenance on the run's page
+    assert at.selectbox(key="run").value == f"workbench/{key}"
+    manifest = bench.manifest(key)
     trained = manifest["config"]["model"]["boundary"]  # more loop counts in the trained mode
     assert [c.value for c in at.caption if c.value.startswith("rows added ")] == [
         f"rows added {manifest['rows_added'][0]['created']}: `{trained}` (e2), commit "
@@ -355,15 +359,18 @@ def test_run_page_shows_the_end_of_a_failed_jobs_log(monkeypatch, tmp_path, writ
 def test_a_finished_experiment_job_links_to_its_runs_and_its_page(monkeypatch, results, tmp_path, writable):
     root = tmp_path / "copy"
     shutil.copytree(results, root, ignore=shutil.ignore_patterns("jobs"))
+    shutil.copytree(results, jobs.workbench(root).root, ignore=shutil.ignore_patterns("jobs"))  # what the job wrote
     spec = {"kind": "experiment", "experiment": "e2", "preset": "smoke", "seeds": [0, 1], "tasks": ["parity"]}
-    write_job(root, "00000000000000d0", "done", spec | {"device": "auto"}, "done: e2-smoke.parquet written.")
+    write_job(root, "00000000000000d0", "done", spec | {"device": "auto"}, "done: workbench/e2-smoke.parquet written.")
     at = render(monkeypatch, root, "run")
     links = {link.proto.label: link.proto for link in at.get("page_link")}
-    assert links["e2's runs"].query_string == "experiments=e2" and links["e2's runs"].page == "runs"
-    assert links["Accuracy vs depth (e2)"].page == "accuracy"
-    at.query_params["experiments"] = "e2"
+    runs = links["e2's runs in the workbench"]
+    assert parse_qs(runs.query_string) == {"studies": ["workbench"], "experiments": ["e2"]} and runs.page == "runs"
+    beside = links["Accuracy vs depth: the workbench's e2-smoke beside the study"]
+    assert beside.page == "accuracy" and parse_qs(beside.query_string)["vs"] == ["smoke"]
+    at.query_params.update(parse_qs(runs.query_string))
     at.switch_page("app_pages/runs.py").run()
-    assert not at.exception and at.dataframe[0].value.shape[0] == len(Store(root).run_keys())
+    assert not at.exception and at.dataframe[0].value.shape[0] == len(jobs.workbench(root).run_keys())
 
 
 def test_run_page_reports_a_corrupt_job_file(monkeypatch, tmp_path, writable):
@@ -926,7 +933,7 @@ def test_shipped_verdicts_are_read_for_these_bytes_only(monkeypatch, heldout, tm
 
 
 def test_the_shipped_results_carry_current_verdicts():
-    """cached_results/verdicts.json matches every shipped table and today's verdict code (else the first page
+    """cached_results/verdicts.json matches every shipped table and today's RULES_VERSION (else the first page
     computes them: rerun `python -m dashboard.results cached_results --ship`), and says what a computation says."""
     from dashboard import results as found_by
 
@@ -936,7 +943,7 @@ def test_the_shipped_results_carry_current_verdicts():
     stale = [
         n
         for n, e in tables.items()
-        if e["code"] != found_by._verdict_code() or e["sha256"] != found_by._sha256(root / n)
+        if e["rules"] != found_by.RULES_VERSION or e["sha256"] != found_by._sha256(root / n)
     ]
     assert not stale, f"stale shipped verdicts for {stale}: run `python -m dashboard.results cached_results --ship`"
     computed = found_by._compute_claims(root / "e4-cpu.parquet", "e4", "cpu")

@@ -2,6 +2,7 @@
 fitting one 80 GB GPU, activation checkpointing that changes memory and not results, evaluation where the model
 trained, the compile policy, and the bench's lever table."""
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -331,3 +332,45 @@ def test_one_compilation_serves_every_group_size():
     finally:
         dynamo.config.force_parameter_static_shapes = static
         dynamo.reset()
+
+
+def test_a_compile_failure_on_demand_raises_at_the_first_forward_and_eager_still_trains(monkeypatch):
+    """Issue 59: LOOPSCOPE_COMPILE_FAIL=1 makes the compile raise where a failing compile on a device would, at the
+    first compiled forward; the same training eager (LOOPSCOPE_COMPILE=0, the session's fallback) runs as always."""
+    import torch._dynamo as dynamo
+
+    cfg = short(smoke("parity"), steps=2)
+    monkeypatch.setenv("LOOPSCOPE_COMPILE_FAIL", "1")
+    static = dynamo.config.force_parameter_static_shapes
+    try:
+        with pytest.raises(Exception, match="a compile failure, simulated"):
+            train_group(cfg, [0, 1], progress=False, compile=True)
+    finally:
+        dynamo.config.force_parameter_static_shapes = static
+        dynamo.reset()
+    monkeypatch.setenv("LOOPSCOPE_COMPILE", "0")
+    assert not compile_wanted("cuda")
+    eager = train_group(cfg, [0, 1], progress=False)
+    assert torch.isfinite(eager.losses).all() and "compile" not in eager.policy
+
+
+def test_the_gpu_determinism_flags_are_torchs_and_cpu_training_leaves_them_off(monkeypatch):
+    """Issue 59: a GPU training sets what torch offers for repeatable results; a CPU training sets none of it (its
+    results stay bit for bit those of the shipped runs)."""
+    import torch._inductor.config as inductor
+
+    from engine.core.train import gpu_determinism
+
+    train_group(short(smoke("parity"), steps=2), [0], progress=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # recorded, so that what gpu_determinism sets is undone
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    before = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic, inductor.deterministic)
+    try:
+        gpu_determinism()
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark and inductor.deterministic
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic, inductor.deterministic = before

@@ -56,9 +56,6 @@ def render(monkeypatch, root: Path, page: str = "overview", **query) -> AppTest:
 
 
 def test_the_gpu_study_is_found_in_its_own_folder_only(root, tmp_path):
-    from engine.core import presets
-
-    assert results.OWN_FOLDER == presets.OWN_FOLDER  # the dashboard's copy (it must not import torch) agrees
     assert (root / "gpu-smoke" / "e2-gpu-smoke.parquet").is_file() and not (root / "e2-gpu-smoke.parquet").exists()
     found = results.catalog(root)
     assert found["e2"] == ["cpu", "gpu-smoke"] and found["e3"] == ["gpu-smoke"] and found["e5"] == ["cpu", "gpu-smoke"]

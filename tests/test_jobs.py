@@ -130,15 +130,16 @@ def test_two_processes_submitting_one_spec_share_one_job_and_cancel_ends_it(tmp_
         cancelled = jobs.cancel(jid, root)  # this process did not start the worker: it is not its child
     assert job.state == "running" and job.total == 5000 and job.loss is not None and 0 < job.step < 5000
     assert cancelled.state == "cancelled" and "resume" in cancelled.message
+    assert cancelled.ended is not None and cancelled.started is not None and cancelled.took_s() > 0
     assert not jobs._alive(job.pid)
-    assert Store(root).status(cfg.run_key(0)) == "missing"
+    assert Store(root).status(cfg.run_key(0)) == "missing" and jobs.workbench(root).status(cfg.run_key(0)) == "missing"
 
 
 def test_kill_9_mid_training_then_resubmit_ends_equal_to_an_uninterrupted_run(tmp_path, one_thread, monkeypatch):
     monkeypatch.setenv("LOOPSCOPE_CHECKPOINT_EVERY", "20")
     cfg, root = short(smoke("parity"), 200), tmp_path / "res"
     spec = jobs.TrainSpec(cfg, (0,), "cpu")
-    key, ckpt = cfg.run_key(0), experiments.checkpoint_path(Store(root), cfg, cfg.group(0))
+    key, ckpt = cfg.run_key(0), experiments.checkpoint_path(jobs.workbench(root), cfg, cfg.group(0))
     jid = jobs.submit(spec, root)
     try:
         wait_for(lambda: jobs.status(jid, root).step >= 45, what="step 45")
@@ -146,7 +147,8 @@ def test_kill_9_mid_training_then_resubmit_ends_equal_to_an_uninterrupted_run(tm
         os.kill(jobs.status(jid, root).pid, signal.SIGKILL)
     lost = wait_for(lambda: (j := jobs.status(jid, root)).state == "lost" and j, what="the job to be seen lost")
     assert "resume" in lost.message and lost.step < 200
-    assert Store(root).status(key) == "missing" and not Store(root).run_dir(key).exists()  # nothing partial
+    bench = jobs.workbench(root)
+    assert bench.status(key) == "missing" and not bench.run_dir(key).exists()  # nothing partial
     with safe_open(str(ckpt), framework="pt") as f:
         saved_step = json.loads(f.metadata()["loopscope"])["step"]
     assert saved_step >= 40 and saved_step % 20 == 0
@@ -154,7 +156,8 @@ def test_kill_9_mid_training_then_resubmit_ends_equal_to_an_uninterrupted_run(tm
     assert jobs.resume(jid, root) == jid  # the Run page's Resume button: the job's own spec, submitted again
     done = jobs.wait(jid, root, timeout_s=120)
     assert done.state == "done" and done.launches == 2, done.message
-    store = Store(root)
+    store = jobs.workbench(root)  # a job's runs: in the workbench, never in the results folder's own store
+    assert Store(root).run_keys() == [] and "in the workbench" in done.message
     assert store.manifest(key)["resumed_from_step"] >= saved_step and not ckpt.exists()
 
     reference = Store(tmp_path / "reference")
@@ -165,6 +168,27 @@ def test_kill_9_mid_training_then_resubmit_ends_equal_to_an_uninterrupted_run(tm
     pd.testing.assert_frame_equal(store.load_rows(key), reference.load_rows(key))
     for field in ("final_loss", "loss_curve"):
         assert store.manifest(key)[field] == reference.manifest(key)[field]
+
+
+def test_the_estimate_after_a_tenth_of_a_smoke_e2_is_within_one_and_a_half_times_what_was_left(tmp_path, one_thread):
+    """Issue 60: a smoke E2 (parity and chain, seeds 0-1: four trainings, their evaluations, the surgeries, the table)
+    showed 3.6x the time it then took, its rate taken from the warm-up steps. The first estimate its worker writes
+    once a tenth of the job's time has passed, against the time from that write to the job's end (wall clock, as the
+    page shows it)."""
+    root = tmp_path / "res"
+    jid = jobs.submit(jobs.ExperimentSpec("e2", "smoke", (0, 1), ("parity", "chain"), "cpu"), root)
+    submitted, seen = time.time(), []
+    while (job := jobs.status(jid, root)).active:
+        if not seen or job.updated != seen[-1].updated:
+            seen.append(job)
+        time.sleep(0.05)
+    assert job.state == "done" and job.took_s() > 0, job.message
+    first = next(j for j in seen if j.updated >= submitted + (job.ended - submitted) / 10 and j.eta_s is not None)
+    left = job.ended - first.updated
+    timeline = [(round(j.updated - submitted, 1), j.message, j.step, j.eta_s and round(j.eta_s, 1)) for j in seen]
+    at, total = first.updated - submitted, job.ended - submitted
+    print(f"\nat {at:.1f} s of {total:.1f}: estimated {first.eta_s:.1f} s left, took {left:.1f}")
+    assert left / 1.5 <= first.eta_s <= left * 1.5, timeline
 
 
 def test_a_corrupt_job_file_is_reported_not_raised(tmp_path):
@@ -214,18 +238,35 @@ def small_results(tmp_path_factory):
     return root
 
 
-def test_an_eval_job_extends_the_run_and_its_tables(small_results, tmp_path):
+def published_files(root: Path) -> dict[str, bytes]:
+    """Every file under root outside the workbench, by its path relative to root."""
+    files = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+    return {name: path.read_bytes() for name, path in files.items() if not name.startswith(f"{jobs.WORKBENCH}/")}
+
+
+def test_an_eval_job_extends_a_copy_of_the_run_and_its_tables_in_the_workbench(small_results, tmp_path):
     root = tmp_path / "res"
     shutil.copytree(small_results, root)
-    store = Store(root)
+    published = published_files(root)
     key = short(smoke("parity"), 30).run_key(0)  # the table's run (its group partner is stored too)
-    message = jobs.execute(jobs.EvalSpec(key, 12, "none", "cpu"), store, lambda *a: None)
-    assert "e2-smoke.parquet" in message
-    cut = store.load_rows(key).query("boundary == 'norm->none'")
+    seen = []
+    message = jobs.execute(jobs.EvalSpec(key, 12, "none", "cpu"), Store(root), lambda *a: seen.append(a[1:3]))
+    assert "workbench/e2-smoke.parquet" in message and "unchanged" in message
+    assert published_files(root) == published  # not a byte changed, not a file added outside the workbench
+    bench = jobs.workbench(root)
+    cut = bench.load_rows(key).query("boundary == 'norm->none'")
     assert cut["eval_loops"].max() == 12
-    table = pd.read_parquet(root / "e2-smoke.parquet")
-    assert table.query("boundary == 'norm->none'")["eval_loops"].max() == 12
+    assert Store(root).load_rows(key).query("boundary == 'norm->none'").empty  # the published run: as it was
+    table = pd.read_parquet(bench.root / "e2-smoke.parquet")  # the published table's rows of the run, and the new
+    theirs = pd.read_parquet(root / "e2-smoke.parquet").query("run_key == @key")
+    assert table.query("boundary == 'norm->none'")["eval_loops"].max() == 12 and set(table["run_key"]) == {key}
+    pd.testing.assert_frame_equal(table.query("boundary != 'norm->none'").reset_index(drop=True), theirs)
     assert set(table["experiment"]) == {"e2"} and not table.duplicated(list(table.columns[:-1])).any()
+    difficulties = len(smoke("parity").task.eval_difficulties)  # progress: one report per difficulty
+    assert seen == [(d, difficulties) for d in range(1, difficulties + 1)]
+    again = jobs.execute(jobs.EvalSpec(key, 14, "none", "cpu"), Store(root), lambda *a: None)  # the copy, extended
+    assert "workbench/e2-smoke.parquet" in again and bench.load_rows(key)["eval_loops"].max() == 14
+    assert len(bench.manifest(key)["rows_added"]) == 2 and published_files(root) == published
 
 
 # ---------------------------------------------------------------- Ray

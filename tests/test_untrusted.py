@@ -480,3 +480,361 @@ def test_the_memory_estimate_is_at_least_the_measured_peak_on_the_cpu(change):
     assert done.returncode == 0, done.stderr[-2000:]
     estimated, measured = map(int, done.stdout.split()[-2:])
     assert estimated >= measured, f"estimate {estimated / 2**20:.0f} MiB < peak RSS {measured / 2**20:.0f} MiB"
+
+
+# ---------------------------------------------------------------- issue 60 item 7: data, never markup or authority
+
+SHIPPED = REPO / "cached_results"
+EVIL = "evil.example"
+CRAFTED = [  # what a manifest, a probe record or a URL could hold: a link, an image, HTML, a bare web or mail address
+    f"[click](https://{EVIL}/x)", f"![i](https://{EVIL}/i.png)", f"<img src=https://{EVIL}/p.png>",
+    f"https://{EVIL}/bare", f"www.{EVIL}", f"someone@{EVIL}", f"<https://{EVIL}>",
+]  # fmt: skip
+
+
+def live_links(markdown: str) -> list[str]:
+    """What a Markdown body would make live in Streamlit's renderer: links and images (CommonMark, markdown-it), and
+    the web and mail addresses GitHub's autolinks find in the text once the escapes are resolved (Streamlit bundles
+    mdast-util-gfm-autolink-literal, whose regular expressions read the resolved text; looser here: any `http://`,
+    `www.` or `x@y.z` left in the text counts)."""
+    import html
+    import re
+
+    markdown_it = pytest.importorskip("markdown_it")
+    rendered = markdown_it.MarkdownIt().render(markdown)
+    found = re.findall(r"<(?:a|img)\b[^>]*>", rendered)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<code>.*?</code>", " ", rendered, flags=re.S)))
+    return found + re.findall(r"(?i)https?://\S*|www\.\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", text)
+
+
+def test_streamlit_still_autolinks_the_text_after_its_escapes():
+    """The reason as_text breaks addresses: the installed Streamlit's Markdown carries GitHub's autolink-literal
+    transform (a regular expression over the text nodes, after backslash escapes are resolved)."""
+    import streamlit
+
+    bundles = (Path(streamlit.__file__).parent / "static").rglob("StreamlitMarkdown*.js")
+    assert any(r"(https?:\/\/|www(?=\.))" in p.read_text(errors="replace") for p in bundles)
+
+
+@pytest.mark.parametrize("value", CRAFTED)
+def test_as_text_leaves_no_link_an_image_or_an_address_to_follow(value):
+    from dashboard import results
+
+    shown = results.as_text(value, most=200)
+    assert not live_links(shown), shown
+    assert shown.replace(results.JOINER, "").replace("\\", "") == value.replace("\\", "")  # the same text to read
+
+
+def ladder_folder(tmp_path: Path) -> Path:
+    """A results folder holding the shipped `cpu-ladder` study (its table, verdicts, probe record and runs)."""
+    root = tmp_path / "results"
+    shutil.copytree(SHIPPED / "cpu-ladder", root / "cpu-ladder")
+    return root
+
+
+def craft_ladder(root: Path) -> None:
+    """The values the run key does not cover made links and images: one run's device, GPU facts, dtype policy,
+    commit, creation time and rows_added; the probe record's rule and outcomes."""
+    store = Store(root / "cpu-ladder")
+    path = store.run_dir(store.run_keys()[0]) / "manifest.json"
+    m = json.loads(path.read_text())
+    m |= dict(device=CRAFTED[0], dtype_policy=CRAFTED[1], git_commit=CRAFTED[3], created=CRAFTED[4],
+              gpu={"name": CRAFTED[1], "driver": CRAFTED[2], "cuda": CRAFTED[5], "capability": CRAFTED[6]},
+              rows_added=[{"git_commit": CRAFTED[0], "created": CRAFTED[3]}])  # fmt: skip
+    path.write_text(json.dumps(m))
+    assert store.status(store.run_keys()[0]) == "ok"  # the manifest is not checksummed: still a run
+    probe = json.loads((root / "cpu-ladder" / "recipe-probe.json").read_text())
+    probe["rule"] = " ".join(CRAFTED)
+    for c, value in zip(probe["candidates"].values(), CRAFTED, strict=False):
+        c["outcome"] = value
+    (root / "cpu-ladder" / "recipe-probe.json").write_text(json.dumps(probe))
+
+
+def markdown_on(at) -> list[str]:
+    kinds = ("markdown", "caption", "warning", "info", "error", "success", "title", "header", "subheader")
+    return [el.value for kind in kinds for el in at.get(kind)]
+
+
+@pytest.mark.parametrize("page", ["overview", "agreement"])
+def test_manifest_and_probe_values_are_shown_as_text_on_the_pages(monkeypatch, tmp_path, page):
+    from streamlit.testing.v1 import AppTest
+
+    root = ladder_folder(tmp_path)
+    craft_ladder(root)
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(root))
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path / "cache"))
+    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=300)
+    at.run()
+    if page != "overview":
+        at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    bodies = markdown_on(at)
+    assert any(EVIL in b.replace("\\", "") for b in bodies)  # the crafted values are on the page, as text
+    assert not [(b[:160], live) for b in bodies if (live := live_links(b))]
+
+
+def test_the_report_shows_manifest_and_probe_values_as_text(tmp_path):
+    import re
+
+    from dashboard import report
+
+    root = ladder_folder(tmp_path)
+    craft_ladder(root)
+    page = report.html(root, "cpu-ladder")
+    assert EVIL in page and not re.search(r"<(?:a|img)\b", page)
+
+
+def test_a_table_named_as_markup_is_no_table_and_is_not_pulled(results, hub, capsys):
+    from dashboard import results as found
+
+    name = f"e5-![i](https:{EVIL}).parquet"
+    (results / name).write_bytes((results / SMOKE / f"e5-{SMOKE}.parquet").read_bytes())
+    (results / f"e5-www.{EVIL}.parquet").write_bytes((results / name).read_bytes())
+    assert not [p for ps in found.catalog(results).values() for p in ps if EVIL in p]
+    (hub / name).write_bytes((results / name).read_bytes())
+    before = snapshot(results)
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "which is not a file of a results folder" in err and err.count("\n") == 1
+    assert snapshot(results) == before
+
+
+def test_a_pulled_verdicts_json_does_not_judge_the_tables_here(tmp_path, hub, capsys, monkeypatch):
+    """The user's own e2-cpu.parquet, unchanged; the repo brings a verdicts.json whose entry for it has the table's
+    checksum and every outcome flipped, with links: the folder keeps its own verdicts, judged from its table."""
+    import streamlit as st
+
+    from dashboard import results as found
+
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path / "cache"))
+    here = tmp_path / "here"
+    here.mkdir()
+    shutil.copy2(SHIPPED / "e2-cpu.parquet", here / "e2-cpu.parquet")
+    shutil.copy2(SHIPPED / "verdicts.json", here / "verdicts.json")
+    own = found.claims("e2", "cpu", here)
+    entry = json.loads((here / "verdicts.json").read_text())["tables"]["e2-cpu.parquet"]
+    flipped = [c | {"outcome": "does NOT hold" if c["outcome"] == "holds" else "holds",
+                    "measured": f"[see](https://{EVIL})"} for c in entry["found"]["claims"]]  # fmt: skip
+    code = getattr(found, "_verdict_code", lambda: None)()  # the key of the code before issue 60, where it has one
+    forged = entry | {"code": code, "found": entry["found"] | {"claims": flipped}}
+    (hub / "verdicts.json").write_text(json.dumps({"tables": {"e2-cpu.parquet": forged}}))
+    (hub / "e2-other.parquet").write_bytes((here / "e2-cpu.parquet").read_bytes())  # something to pull
+    before = (here / "verdicts.json").read_bytes()
+    assert cli.main(["pull", "--repo", "org/data", "--results", str(here)]) == 0
+    assert "e2-other.parquet" in capsys.readouterr().out
+    assert (here / "verdicts.json").read_bytes() == before
+    st.cache_data.clear()
+    assert found.claims("e2", "cpu", here) == own
+
+
+def test_shipped_verdicts_are_bound_to_their_tables_not_to_source_files(tmp_path, monkeypatch):
+    """Every shipped table's verdicts come from its folder's verdicts.json, whatever the engine's modules look like
+    (keyed on the table's SHA-256 and RULES_VERSION), and equal a fresh computation: a rule change that does not bump
+    RULES_VERSION (and reship) fails here."""
+    import streamlit as st
+
+    from dashboard import results as found
+
+    monkeypatch.setenv("LOOPSCOPE_CACHE", str(tmp_path / "cache"))
+    computed = []
+    compute = found._compute_claims
+    monkeypatch.setattr(found, "_compute_claims", lambda *a: computed.append(a) or compute(*a))
+    st.cache_data.clear()
+    tables = [(e, p) for e, ps in found.catalog(SHIPPED).items() for p in ps]
+    shipped = {t: found.claims(*t, SHIPPED) for t in tables}
+    assert computed == [] and len(tables) >= 9  # all served from verdicts.json, none stale
+    for (experiment, preset_name), got in shipped.items():
+        fresh = compute(found.table_path(SHIPPED, experiment, preset_name), experiment, preset_name)
+        assert got == json.loads(json.dumps(fresh, default=lambda v: v.item())), (experiment, preset_name)
+
+
+# ---------------------------------------------------------------- merge: a run that is not the study's own
+
+
+def test_a_run_folder_holding_another_run_s_rows_is_refused(genuine, tmp_path, capsys):
+    items = members(genuine["pack"])
+    first, second = keys_of(items)[:2]
+    set_rows(items, first, items[run_files(items, second)["rows"]][1])
+    refused(capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", "rows are another run's")
+
+
+def test_a_pack_labelled_as_another_study_is_refused(genuine, tmp_path, capsys):
+    """gpu-smoke's runs under a pack that says cpu-ladder (a study of its own folder the pack would merge into)."""
+    items = {}
+    for name, (info, data) in members(genuine["pack"]).items():
+        if name.startswith(f"{SMOKE}/e"):
+            continue  # the tables: merge rebuilds them
+        items[name.replace(f"{SMOKE}/", "cpu-ladder/", 1).replace(SMOKE, "cpu-ladder")] = (info, data)
+    about = json.loads(items["gpu-study.json"][1]) | {"preset": "cpu-ladder"}
+    items["gpu-study.json"] = (None, json.dumps(about).encode())
+    refused(
+        capsys, write_pack(tmp_path / "p.tar.gz", items), tmp_path / "r", "is not a run the cpu-ladder study trains"
+    )
+
+
+def test_a_merge_killed_midway_leaves_no_scratch_folder_past_the_next(genuine, results, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    shutil.rmtree(results / SMOKE / "runs" / Store(results / SMOKE).run_keys()[0])
+    env = dict(os.environ, TMPDIR=str(tmp), LOOPSCOPE_FAULT=f"e5-{SMOKE}:1")
+    merge = [sys.executable, "-m", "engine.cli", "merge", str(genuine["pack"]), "--results", str(results)]
+    assert subprocess.run(merge, env=env, cwd=REPO, capture_output=True).returncode == -9
+    assert list(tmp.glob("gpu-study-merge-*"))  # what the kill left
+    env["LOOPSCOPE_FAULT"] = ""
+    assert subprocess.run(merge, env=env, cwd=REPO, capture_output=True).returncode == 0
+    assert not list(tmp.glob("gpu-study-merge-*"))
+
+
+# ---------------------------------------------------------------- malformed manifests, checkpoints, probe records
+
+
+def one_line(err: str) -> None:
+    assert err.startswith("loopscope: ") and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("change", [
+    {"resumed_from_step": "x"}, {"final_loss": "[x](https://evil.example)"}, {"device": {"a": 1}},
+    {"config": {"task": ["parity"], "model": 3}}, {"files_not_included": ["model.safetensors"]}, {"group": "all"},
+    "deep",
+])  # fmt: skip
+def test_a_wrong_typed_or_deep_manifest_is_listed_as_damaged_and_the_runs_page_draws(results, capsys, change,
+                                                                                     monkeypatch):  # fmt: skip
+    from streamlit.testing.v1 import AppTest
+
+    store = Store(results / SMOKE)
+    key = store.run_keys()[0]
+    path = store.run_dir(key) / "manifest.json"
+    path.write_text(DEEP if change == "deep" else json.dumps(json.loads(path.read_text()) | change))
+    assert cli.main(["list", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert key in out and "Traceback" not in out
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(results))
+    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=300)
+    at.run()
+    at.switch_page("app_pages/runs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def checkpoint(path: Path, header, tensors=None) -> Path:
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    save_file(tensors or {"losses": torch.zeros(1, 1)}, str(path), metadata={"loopscope": header})
+    return path
+
+
+def short_cfg(steps: int = 20):
+    from dataclasses import replace
+
+    from engine.core.presets import smoke
+
+    cfg = smoke("parity")
+    return replace(cfg, train=replace(cfg.train, steps=steps, group_size=1))
+
+
+@pytest.mark.parametrize("header", ["deep", "not JSON", "a list", "no config.train", "step as text", "seeds as text"])
+def test_list_with_a_malformed_checkpoint_says_so_in_one_sentence(tmp_path, capsys, header):
+    cfg = short_cfg().to_dict()
+    untrained = {k: v for k, v in cfg.items() if k != "train"}
+    text = {
+        "deep": DEEP, "not JSON": "{", "a list": "[1]",
+        "no config.train": json.dumps({"step": 3, "seeds": [0], "config": untrained}),
+        "step as text": json.dumps({"step": "3", "seeds": [0], "config": cfg}),
+        "seeds as text": json.dumps({"step": 3, "seeds": "0", "config": cfg}),
+    }[header]  # fmt: skip
+    checkpoint(tmp_path / "r" / "jobs" / "ckpt" / "g.safetensors", text)
+    assert cli.main(["list", "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    one_line(err)
+    assert "g.safetensors cannot be listed" in err
+
+
+def interrupted(tmp_path: Path, at: int = 10):
+    """A training of 20 steps checkpointed every 10, killed after the checkpoint of step `at`."""
+    from engine.core.train import train_group
+
+    cfg, ckpt = short_cfg(), tmp_path / "ckpt.safetensors"
+
+    def kill(done, total, loss):
+        if done == at:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_group(cfg, [0], progress=False, checkpoint_path=ckpt, checkpoint_every=10, on_step=kill)
+    return cfg, ckpt
+
+
+def rewrite_checkpoint(path: Path, change) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["loopscope"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    meta, tensors = change(meta, tensors)
+    save_file(tensors, str(path), metadata={"loopscope": json.dumps(meta)})
+
+
+@pytest.mark.parametrize("how", ["step-is-total", "groups", "scheduler", "generator"])
+def test_a_crafted_checkpoint_is_not_resumed_and_the_training_starts_again(tmp_path, capsys, how):
+    """A checkpoint of this very run and seeds whose header or tensors are not what the training saved at its step:
+    the step set to the total (losses padded to match: "finished"), the optimizer's groups or the scheduler of the
+    wrong type, a generator state cut short. Not resumed (no traceback, no weights copied): trained from step 0, to
+    the weights of a training never interrupted."""
+    import torch
+
+    from engine.core.train import train_group
+
+    cfg, ckpt = interrupted(tmp_path)
+
+    def change(meta, tensors):
+        if how == "step-is-total":
+            meta["step"], meta["scheduler"]["last_epoch"] = 20, 20
+            meta["scheduler"]["_step_count"] = 21
+            tensors["losses"] = torch.cat([tensors["losses"], tensors["losses"]])
+        elif how == "groups":
+            meta["param_groups"] = [{"betas": 5}]
+        elif how == "scheduler":
+            meta["scheduler"] = {"optimizer": "x", "last_epoch": 10}
+        else:
+            tensors["generator.0"] = tensors["generator.0"][:10]
+        return meta, tensors
+
+    rewrite_checkpoint(ckpt, change)
+    capsys.readouterr()
+    resumed = train_group(cfg, [0], progress=False, checkpoint_path=ckpt, checkpoint_every=10)
+    assert resumed.resumed_from == 0 and "starting at step 0" in capsys.readouterr().err
+    straight = train_group(cfg, [0], progress=False)
+    assert all(torch.equal(v, straight.model.state_dict()[k]) for k, v in resumed.model.state_dict().items())
+
+
+@pytest.mark.parametrize("record", [DEEP, json.dumps([1]), json.dumps({"adopted": {"x": 1}}),
+                                    json.dumps({"adopted": ["R3"], "candidates": {}})])  # fmt: skip
+def test_cpu_ladder_rungs_with_a_malformed_probe_record_ends_in_one_sentence(tmp_path, record):
+    folder = tmp_path / "cpu-ladder"
+    folder.mkdir()
+    (folder / "recipe-probe.json").write_text(record)
+    done = subprocess.run([sys.executable, "-m", "engine.runtime.cpu_ladder", "rungs", "--results", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2
+    one_line(done.stderr)
+
+
+@pytest.mark.parametrize("record", [
+    DEEP, json.dumps({"candidates": {"R1": {"scores": ["0.5"]}}}), json.dumps({"candidates": {"R1": {"scores": [0.5]}},
+                                                                              "adopted": ["R1"]}),
+    json.dumps({"candidates": {"R1": {"scores": [0.5], "mean_range": "wide"}}, "seeds": 4}),
+])  # fmt: skip
+def test_the_report_with_a_malformed_probe_record_ends_in_one_sentence(tmp_path, capfd, record):
+    root = ladder_folder(tmp_path)
+    (root / "cpu-ladder" / "recipe-probe.json").write_text(record)
+    out = tmp_path / "out"
+    assert cli.main(["report", "--out", str(out), "--preset", "cpu-ladder", "--results", str(root)]) == 2
+    err = capfd.readouterr().err
+    one_line(err)
+    assert "recipe-probe.json" in err and not out.exists()

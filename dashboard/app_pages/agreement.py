@@ -45,6 +45,8 @@ context = f"E5 · study {table.preset} · {task} · {level}"
 
 verdicts = [c for c in results.claims("e5", table.preset)["claims"] if c["task"] == task and c["level"] == level]
 probing = results.probe_open(table.preset)  # no recipe adopted yet: the study's own rung is a probe's
+if problem := results.probe_problem(table.preset):  # a record that is not one: said, and left out
+    st.error(problem)
 if probing:
     st.warning(probing)
 elif below_bar := results.recipe_below_bar(table.preset):

@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import matrix, results, ui
-from engine import paper
+from engine import paper, studies
 
 PAGES = Path(__file__).resolve().parent
 ACCURACY, NORMS = PAGES / "accuracy.py", PAGES / "norms.py"
@@ -78,24 +78,7 @@ LEGEND = (
     "difficulty reads otherwise. Each cell opens its page; every card is below."
 )
 NO_HELDOUT = " This study has no held-out items: its in-range items stand in for the held-out levels."
-STUDY_NOTES = {
-    "cpu-1layer": "The first CPU study, kept as an earlier design: one layer per block, in-range items mostly seen in "
-    "training (no held-out split: judged by the second design's rules, its in-range items standing in for held-out "
-    "ones), and a **parity-like control** for the chain (one ordered chain: the answer is the root bit XOR the parity "
-    "of the `not`s). The second design (preset `cpu`) replaces it.",
-    "gpu": "The GPU study, at the paper's scale (docs/gpu-study.md): the second CPU study's parity (held-out "
-    "lengths, T = 4) on the paper's 19M model, E2 and E3 with 16 seeds, and E5's ladder (412,288 parameters, the "
-    "bridge also run on the CPU, to 19M) with the rescale surgery on every rung; judged by the second CPU study's "
-    "rules, unchanged. No E4, no E5 parts 1–2. Its runs and tables live in `gpu/` under the results folder.",
-    "cpu-ladder": "The GPU study's ladder above 412k parameters (1.6M, 5.3M and the paper's 19M), trained on the CPU "
-    "in fp32, one seed a group, under the GPU study's rules unchanged (docs/gpu-study.md); its 19M rung is the recipe "
-    "probe. Below 412k the ladder is the `cpu` study's.",
-    "gpu-smoke": "The GPU study's structure at a size the CPU runs in seconds (dry runs and tests): not a result.",
-    "cpu": "The second CPU study: held-out in-range items, two layers per block, verdicts by docs/design.md's rules "
-    "under the paper's analysis and the paired one. Its chain is the ordered single chain, a **parity-like "
-    "control**: no chain that needs retrieval by name trained at this size within the search budget (held-out "
-    "k = 1..4 at chance, dev/LOG.md). The retrieval chain runs at the paper preset.",
-}
+STUDY_NOTES = {s.name: s.note for s in studies.STUDIES.values()}  # each study's note is its entry's
 
 
 def card(title: str, text: str, paper: str, measured: str, scale: str, verdict, link: dict | None) -> None:
@@ -251,6 +234,8 @@ def study_note(study: str) -> None:
     CUDA and torch, the dtype policy: from the runs' manifests)."""
     if study in STUDY_NOTES:
         st.caption(STUDY_NOTES[study])
+    if problem := results.probe_problem(study):  # a record that is not one: said, and left out
+        st.error(problem)
     if probing := results.probe_open(study):
         st.warning(probing)
     elif below_bar := results.recipe_below_bar(study):

@@ -1,12 +1,15 @@
 """Run: train seeds, run an experiment, or evaluate a run at more loop counts, in a background worker
 (engine.runtime.jobs). Progress is read from the job files, so it survives reruns, closed tabs and other sessions;
-finished results land in the results folder, where every page's cache sees them change. The form lives in the
-URL (every widget bound to a query parameter), so a reload keeps it; a lost or cancelled job has a Resume button."""
+finished results land in the workbench (<results>/workbench/), never in the published study: the page lists what
+the workbench holds, with its seeds, and links each result to the pages that show it beside the study. The form
+lives in the URL (every widget bound to a query parameter), so a reload keeps it; a lost or cancelled job has a
+Resume button."""
 
-import math
+import time
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import data, ui
@@ -24,12 +27,7 @@ STATE_ICONS = {
     "corrupt": ":material/warning:", "missing": ":material/help:",
 }  # fmt: skip
 PAGES = Path(__file__).resolve().parent
-EXPERIMENT_TITLES = {
-    "e2": "Accuracy vs depth",
-    "e3": "Readout refit (E3)",
-    "e4": "Looped vs stacked (E4)",
-    "e1": "Ouro",
-}
+BESIDE_TITLES = {"e2": "Accuracy vs depth", "e4": "Looped vs stacked"}  # data.BESIDE_PAGES' titles
 
 root = data.results_root()
 st.title("Run")
@@ -93,20 +91,56 @@ def experiment_spec(experiment: str) -> jobs.Spec | None:
     return None if seeds is None else jobs.ExperimentSpec(experiment, name, tuple(seeds), tuple(tasks))
 
 
-def eval_spec() -> jobs.Spec | None:
+def evaluable_runs() -> pd.DataFrame:
+    """The runs an evaluation job can read: the results folder's own and the workbench's (a workbench copy
+    replaces its published run: it holds what earlier jobs added), those with their weights first."""
     table, _ = data.runs()
+    if table.empty:
+        return table
+    table = table[table["study"].isin(["", jobs.WORKBENCH])]
+    table = table.sort_values("study", key=lambda s: s != jobs.WORKBENCH, kind="stable").drop_duplicates("run_key")
+    return pd.concat([table[table["weights"] == "kept"], table[table["weights"] != "kept"]])
+
+
+def restore_hint(run: dict) -> None:
+    """A weightless run, said before Submit: what restoring it takes, and the command."""
+    manifest, _, _ = data.run_detail(run["run"])
+    seconds, made = jobs.restore_seconds(manifest), manifest.get("machine")
+    where = f"{made.get('cpu', '?')}, {made.get('threads', '?')} thread(s)" if isinstance(made, dict) else "unrecorded"
+    took = f": about {data.duration(seconds)} on the machine that made it ({ui.as_text(where)})" if seconds else ""
+    group = len(manifest.get("group") or [run["seed"]])
+    st.warning(
+        f"Run `{run['run_key']}` is stored without its weights, so it cannot be evaluated yet. Restoring them "
+        f"retrains its group of {group} seed{'s' if group > 1 else ''}{took}, on the command line:"
+    )
+    st.code(f"loopscope restore {run['run_key']} --results {root}", language="bash")
+
+
+def eval_spec() -> jobs.Spec | None:
+    table = evaluable_runs()
     if table.empty:
         st.info("No runs to evaluate yet: train some first.")
         return None
     labels = {
         r.run_key: f"{r.experiment} · {r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
+        + (" · the workbench's copy" if r.study else "")
         for _, r in table.iterrows()
     }  # the option is the key itself: a bound widget writes what it displays into the URL
-    key = st.selectbox("run", list(labels), key="run_key", help="The run key; its run is named below.", **URL)
-    st.caption(f"`{key}`: {labels[key]}")
+    kept = int((table["weights"] == "kept").sum())
+    key = st.selectbox(
+        "run", list(labels), key="run_key", **URL,
+        help=f"The run key: the {kept} runs with their weights first, then the {len(table) - kept} without (each "
+        "with the command that restores it). The job evaluates a copy in the workbench; the published run and "
+        "tables stay as they are.",
+    )  # fmt: skip
+    run = table.set_index("run_key").loc[key].to_dict() | {"run_key": key}
+    weights = "weights kept" if run["weights"] == "kept" else "no weights here"
+    st.caption(f"`{key}`: {labels[key]} · {weights}")
+    if run["weights"] != "kept":
+        restore_hint(run)
+        return None
     left, right = st.columns(2)
-    trained_loops = int(table.set_index("run_key").loc[key, "T"])
-    default = min(4 * trained_loops, cap["max_loops"])
+    default = min(4 * int(run["T"]), cap["max_loops"])
     loops = left.number_input("evaluate at n = 1..", 1, cap["max_loops"], default, key="eval_loops", **URL)
     mode = right.selectbox("run in mode", ["trained", "norm", "none"], key="eval_mode", **URL)
     return jobs.EvalSpec(key, int(loops), None if mode == "trained" else mode)
@@ -122,7 +156,8 @@ def submit_form() -> None:
         except (jobs.Refused, ValueError) as e:
             st.error(str(e))
         else:
-            st.success(f"Job `{job}` submitted: {jobs.describe(spec)}. Its progress is below.")
+            st.success(f"Job `{job}` submitted: {jobs.describe(spec)}. Its progress is below; its results go to the "
+                       "workbench.")  # fmt: skip
 
 
 def show_job(job: jobs.Job) -> None:
@@ -131,13 +166,14 @@ def show_job(job: jobs.Job) -> None:
         if job.state == "corrupt":
             st.warning(job.message)
             return
-        if job.total:
+        bar = job.active and job.total
+        if bar:
             loss = f" · loss {job.loss:.4f}" if job.loss is not None else ""
             stage = f"{job.stage}: " if job.stage else ""
-            text = f"{stage}step {job.step} of {job.total}{loss}{time_left(job)}"
+            text = f"{stage}{job.unit} {job.step} of {job.total}{loss}{time_left(job)}"
             st.progress(min(1.0, job.step / job.total), text=text)
         resumed = f" (started {job.launches} times: resumed)" if job.launches > 1 else ""
-        st.caption(redact(job.message) + resumed + ("" if job.total else time_left(job)))
+        st.caption(redact(job.message) + resumed + ("" if bar else time_left(job)) + when(job))
         if job.state == "done":
             result_links(job)
         elif job.state in ("failed", "lost") and not jobs.read_only():  # a read-only copy: the message only
@@ -156,12 +192,15 @@ def show_job(job: jobs.Job) -> None:
             )  # fmt: skip
 
 
-def duration(seconds: float) -> str:
-    whole = math.ceil(seconds)
-    if whole < 120:
-        return f"{whole} s"
-    minutes = math.ceil(seconds / 60)
-    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
+def when(job: jobs.Job) -> str:
+    """When the job's worker started (this launch) and how long it ran: to the end for a job that ended."""
+    if job.started is None:
+        return ""
+    took = job.took_s()
+    running = time.time() - job.started
+    ran = f", took {data.duration(took)}" if took is not None else f", running {data.duration(running)}"
+    ran = "" if job.state in ("lost", "corrupt", "missing") else ran
+    return f" · started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(job.started))}{ran}"
 
 
 def time_left(job: jobs.Job) -> str:
@@ -171,7 +210,9 @@ def time_left(job: jobs.Job) -> str:
     if left is None:
         return ""
     covers = job.eta_covers or "the whole job"
-    return f" · about {duration(left)} left ({covers})" if left >= 1 else f" · taking longer than estimated ({covers})"
+    if left < 1:
+        return f" · taking longer than estimated ({covers})"
+    return f" · about {data.duration(left)} left ({covers})"
 
 
 def resume(jid: str) -> None:
@@ -182,24 +223,59 @@ def resume(jid: str) -> None:
         st.session_state["resume_error"] = str(e)
 
 
+def beside_link(experiment: str, preset_name: str) -> dict | None:
+    """A link to the page that shows the workbench's table of experiment at preset_name beside the published study
+    (data.BESIDE_PAGES: its compare box, `vs_root` the workbench); None where no page overlays that experiment."""
+    if experiment not in data.BESIDE_PAGES:
+        return None
+    params = {"vs_root": str(data.workbench_root().resolve()), "vs": preset_name}
+    if preset_name in data.presets(experiment):  # the published study of the same preset, the workbench beside it
+        params["preset"] = preset_name
+    label = f"{BESIDE_TITLES[experiment]}: the workbench's {experiment}-{preset_name} beside the study"
+    return {"page": PAGES / data.BESIDE_PAGES[experiment], "label": label, "query_params": params}
+
+
 def result_links(job: jobs.Job) -> None:
-    """A finished job's results: its runs on the Runs page (the run key in the URL) and the experiment page it fed."""
+    """A finished job's results, all in the workbench: its runs on the Runs page (the run id in the URL) and the
+    pages that show its tables beside the published study."""
     found = data.job_results(job.spec)
     links = [
-        {"page": PAGES / "runs.py", "label": f"Run {key} on the Runs page", "query_params": {"run": key}}
-        for key in found["runs"][:8]
+        {"page": PAGES / "runs.py", "label": f"Run {run} on the Runs page", "query_params": {"run": run}}
+        for run in found["runs"][:8]
     ]
-    experiment = found["experiment"]
-    if experiment and not found["runs"]:  # an experiment job: all its runs, filtered on the Runs page
-        links.append(
-            {"page": PAGES / "runs.py", "label": f"{experiment}'s runs", "query_params": {"experiments": experiment}}
-        )
-    if experiment in data.EXPERIMENT_PAGES and data.presets(experiment):
-        params = {"preset": found["preset"]} if found["preset"] and len(data.presets(experiment)) > 1 else {}
-        page = PAGES / data.EXPERIMENT_PAGES[experiment]
-        links.append({"page": page, "label": f"{EXPERIMENT_TITLES[experiment]} ({experiment})", "query_params": params})
+    if found["experiment"]:  # an experiment job: all the workbench's runs of it, filtered on the Runs page
+        query = {"studies": jobs.WORKBENCH, "experiments": found["experiment"]}
+        links.append({"page": PAGES / "runs.py", "label": f"{found['experiment']}'s runs in the workbench",
+                      "query_params": query})  # fmt: skip
+    links += [link for experiment, name in found["tables"] if (link := beside_link(experiment, name))]
     for link in links:
         st.page_link(**link, icon=":material/arrow_forward:")
+
+
+def workbench() -> None:
+    """What the workbench holds: its tables with their seeds (each linked beside the study where a page overlays
+    it) and how many runs; and how a result becomes part of a study (a command, never this page)."""
+    folder = data.workbench_root()
+    tables, runs = data.workbench_tables(), data.runs()[0]
+    runs = runs[runs["study"] == jobs.WORKBENCH] if len(runs) else runs
+    st.caption(
+        f"Every job here writes into `{shown_path(folder)}`, a store of its own: its runs, tables and checkpoints. "
+        "The published study's runs, tables, figures and verdicts never change from this page; the pages show a "
+        "workbench result beside the study, labelled `@ workbench`, never in its means. To publish a result, run it "
+        "on the command line into the results folder (`loopscope eval RUN_KEY --loops 1-24`, then `loopscope run "
+        "e2 --preset cpu` to rebuild the study's table; each run's manifest records what was added and from which "
+        "commit)."
+    )
+    if tables.empty and runs.empty:
+        st.caption("The workbench is empty.")
+        return
+    st.markdown(f"**{len(runs)} run{'s' if len(runs) != 1 else ''}** in the workbench (the Runs page lists them as "
+                f"`{jobs.WORKBENCH}`).")  # fmt: skip
+    if len(tables):
+        st.dataframe(tables.drop(columns="run_keys"), hide_index=True, width="stretch")
+        for experiment, name in zip(tables["experiment"], tables["preset"], strict=True):
+            if link := beside_link(experiment, name):
+                st.page_link(**link, icon=":material/compare_arrows:")
 
 
 def job_list() -> None:
@@ -231,3 +307,6 @@ if problem := st.session_state.pop("resume_error", None):
     st.error(problem)
 polling = any(j.active for j in jobs.list_jobs(root))  # decided after a submit above, so a new job is polled
 st.fragment(run_every=2.0 if polling else None)(job_list)()
+if not jobs.read_only() or data.workbench_root().is_dir():  # a read-only copy runs no jobs: its workbench if any
+    st.header("Workbench")
+    workbench()

@@ -60,6 +60,11 @@ key = ui.select(
 )  # fmt: skip
 st.markdown(f"`{key}`: {labels[key]}")
 folder, _, run_key = key.rpartition("/")  # folder: the study's own folder it is in ("": the results folder)
+if folder == jobs.WORKBENCH:
+    st.caption(
+        f"The workbench's copy of run `{run_key}`: what jobs started from the dashboard added to it is here, not in "
+        "the published run, its study's tables or its verdicts (the Run page, Workbench)."
+    )
 manifest, rows, problem = data.run_detail(key)
 if problem:
     st.error(f"{redact(problem)}. `loopscope train` with its config redoes it.")
@@ -118,20 +123,25 @@ with loss_col:
 
 why_no_weights = weights_not_kept(manifest)
 if why_no_weights is not None:  # a state, not damage: the rows above are complete
-    st.info(f"This run's weights are not kept here ({why_no_weights}), so it cannot be evaluated further; "
-            f"{how_to_get_weights(run_key)}.")  # fmt: skip
-elif not jobs.read_only() and not folder:  # jobs run in the results folder's own store
+    seconds = jobs.restore_seconds(manifest)
+    took = f" (`loopscope restore` takes about {data.duration(seconds)} on the machine that made it)"
+    st.info(f"This run's weights are not kept here ({redact(str(why_no_weights))}), so it cannot be evaluated "
+            f"further; {how_to_get_weights(run_key)}{took if seconds else ''}.")  # fmt: skip
+elif not jobs.read_only() and folder in ("", jobs.WORKBENCH):  # jobs read these; they write into the workbench
     with st.expander("Evaluate at more loop counts", icon=":material/add_chart:"):
         have, cap = int(rows["eval_loops"].max()) if len(rows) else 0, jobs.caps()["max_loops"]
         left, right = st.columns(2)
         loops = left.number_input("evaluate at n = 1..", 1, cap, max(1, min(2 * have, cap)), key="more_loops")
         mode = right.selectbox("run in mode", ["trained", "norm", "none"], key="more_mode")
-        st.caption(f"Evaluated so far at n = 1..{have}. A background job loads this run's weights; no retraining.")
+        st.caption(
+            f"Evaluated so far at n = 1..{have}. A background job loads this run's weights (no retraining) and "
+            "evaluates a copy of the run in the workbench: the published run and tables stay as they are."
+        )
         if st.button("Evaluate", key="more_submit", icon=":material/play_arrow:"):
-            spec = jobs.EvalSpec(key, int(loops), None if mode == "trained" else mode)
+            spec = jobs.EvalSpec(run_key, int(loops), None if mode == "trained" else mode)
             try:
                 job = jobs.submit(spec, data.results_root())
-                st.success(f"Job `{job}` submitted; the Run page shows its progress.")
+                st.success(f"Job `{job}` submitted; the Run page shows its progress, its results the workbench.")
                 st.page_link(
                     Path(__file__).parent / "run.py", label="Open the Run page", icon=":material/arrow_forward:"
                 )

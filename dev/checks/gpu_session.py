@@ -1,14 +1,20 @@
 """One device session of the GPU study in one command (dev/checks/gpu-session.sh starts it; docs/gpu-study.md).
 
 In order, each step logged to OUT/gpu-session.log as it happens (a kill leaves the log and what was written):
-  1. CUDA asserted in the first seconds (exit 3 and one sentence if there is none); --dry-run runs on the CPU
-  2. calibration (at most CALIBRATION_S): the preset's compile seconds, a training step at 4 and at 16 seeds, one
-     evaluation pass, one refit step, the peak memory against the estimate -> OUT/rates.json (gpu_study.Rates)
-  3. the next unfinished piece (ORDER) whose prediction from those rates fits what is left of the command, run
-     as `python -m engine.runtime.gpu_study run PIECE` under its own timeout, then packed (engine.runtime.gpu_pack)
-  4. the Inductor cache tarred to OUT/inductor-cache.tar.gz (for the next session to carry), when it fits 16 MiB
-  5. the plan of the next real session: `plan: N s of device time`, from the rates last measured on a GPU
-     (dev/studies/gpu-study/rates.json, committed from a session's OUT/rates.json) or else the H200's of 2026-12-04
+  1. CUDA asserted in the first seconds (exit 3 and one sentence if there is none); --dry-run runs on the CPU. This
+     GPU's own Inductor cache folder set, and the carried cache's entries for this GPU unpacked into it
+  2. the calibration (gpu_rates.Rates -> OUT/rates.json): first one untimed warm-up of every graph a piece runs
+     (training the preset's group, its evaluation under no-grad and TF32, one member evaluated alone, a refit of a
+     copy), its seconds beyond the steady cost recorded apart as compile_s (charged once to each piece's process);
+     then at most CALIBRATION_S of timed passes: a step at 4 and at 16 seeds, E3's refit as refits run, the host's
+     batches. If the compiled path fails, the calibration runs again eager (LOOPSCOPE_COMPILE=0) and so does the
+     rest of the session, said in the log and the summary (`compile`)
+  3. the piece engine.runtime.gpu_plan.choose picks from those rates, run as `python -m engine.runtime.gpu_study run
+     PIECE` under its own timeout, then packed (engine.runtime.gpu_pack); each unit's wall logged beside its prediction
+  4. this GPU's Inductor cache tarred to OUT/inductor-cache.tar.gz, as much of it as fits one file that comes back
+  5. the plan of the next real session, each part's prediction, and the last line `plan: N s of device time`, from
+     the rates last measured on a GPU (dev/studies/gpu-study/rates.json, committed from a session's OUT/rates.json)
+     or else the H200's of 2026-12-04
 OUT ends with at most 8 files: gpu-session.{log,json}, rates.json, gpu-study-PIECE.{tar.gz,json,log}, inductor-cache.
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -27,14 +34,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-COMMAND_S = 540  # one command: 9 of the device tool's 10 minutes
-CALIBRATION_S = 60
-START_S, PACK_S, MARGIN_S = 150, 30, 30  # the plan's start-up (1-2 min measured), pack and tar, give-back margin
-RESERVE_S = 60  # of the command, kept after the piece's limit for its pack, the cache's tar and the plan
-SESSION_S = 780  # the device time one session may plan for (15 minutes less what a session cannot use)
-ORDER = ("norm", "none", "e3", "chain-c1", "chain-c2")  # the GPU's part (the ladder runs on the CPU: cpu_ladder)
-MAX_FILES, FILE_MIB = 8, 16
+from engine.runtime.gpu_plan import CALIBRATION_S, RESERVE_S, SESSION_S  # noqa: E402
+
+MAX_FILES, FILE_MIB = 8, 15  # what comes back of $OUT: files, and MiB a file
 LAST_RATES = REPO / "dev" / "studies" / "gpu-study" / "rates.json"
+CARRIED = REPO / "inductor-cache.tar.gz"  # the last session's $OUT/inductor-cache.tar.gz, put at the tree's root
+TRITON_STEPS = {".ttir", ".ttgir", ".llir", ".ptx", ".amdgcn", ".source"}  # Triton's intermediate files: not loaded
+GRAPH_CACHES = ("fxgraph", "aotautograd")  # Inductor's caches of whole compiled graphs (the rest: their kernels)
 T0 = time.monotonic()
 
 
@@ -53,85 +59,48 @@ def elapsed() -> float:
     return time.monotonic() - T0
 
 
-# ---------------------------------------------------------------- 2. calibration
+# ---------------------------------------------------------------- 1. this GPU's Inductor cache
 
 
-def calibrate(preset_name: str, device: str, log: Log, limit_s: float = CALIBRATION_S) -> tuple[dict, object]:
-    """Measure, on `device`, what a piece's prediction reads (gpu_study.Rates), within about `limit_s` seconds."""
+def cache_slug(device: str) -> str:
+    """This device and torch as a folder name: a cache folder holds one GPU kind's kernels for one torch."""
     import torch
 
-    from engine.core import flops, memory
-    from engine.core.evaluate import batched, step_metrics
-    from engine.core.presets import preset
-    from engine.core.tasks import eval_set
-    from engine.core.train import compile_wanted, train_group
-    from engine.runtime.gpu_study import Rates
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", f"{name} torch {torch.__version__}".lower()).strip("-")
 
-    t0, record = time.monotonic(), {}
-    ref = preset(preset_name, "parity", "norm")
-    avg = flops.training_flops(ref, 1) / ref.train.steps  # one member's step over the whole schedule
 
-    def steps_timed(members: int, steps: int, skip: int) -> tuple[float, object]:
-        cfg = replace(ref, train=replace(ref.train, steps=steps, warmup_steps=1, group_size=members))
-        stamps: list[float] = []
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        r = train_group(cfg, list(range(members)), device, progress=False, check_every=steps,
-                        on_step=lambda *_: stamps.append(time.monotonic()))  # fmt: skip
-        measured = flops.training_flops(cfg, 1) - flops.training_flops(cfg, 1, skip)  # the timed steps' own FLOPs
-        per = (stamps[-1] - stamps[skip - 1]) / (steps - skip) * avg / (measured / (steps - skip))
-        first = stamps[0] - (stamps[-1] - stamps[0]) / max(1, steps - 1)  # compile and warm-up in the first step
-        return per, dict(seconds_a_step=round(per, 4), first_step_s=round(first, 2), wall_s=round(r.wall_s, 1),
-                         peak_gib=r.peak_memory_gib, estimated_gib=r.estimated_memory_gib, model=r.model)  # fmt: skip
+def cache_base() -> Path:
+    return Path(os.environ.get("LOOPSCOPE_INDUCTOR_CACHE", Path.home() / ".cache" / "loopscope" / "inductor"))
 
-    compiling = compile_wanted(device)
-    t = time.monotonic()
-    s4, record["train_4"] = steps_timed(4, 6, 2)
-    compile_s = max(0.0, (time.monotonic() - t) - 6 * s4) if compiling else 0.0
-    record["train_4"].pop("model")
-    log(f"calibration: 4 seeds {s4:.4f} s a step (compile and warm-up {compile_s:.0f} s)")
-    default = Rates.h200(preset_name)  # what a part cut by the calibration's limit falls back to (said in the log)
 
-    def over(part: str) -> bool:
-        if time.monotonic() - t0 <= limit_s:
-            return False
-        record.setdefault("not_measured", []).append(part)
-        log(f"calibration: past its {limit_s:.0f} s; {part} from the H200's rates of 2026-12-04")
-        return True
+def use_cache(slug: str, log: Log, carried: Path = CARRIED) -> Path:
+    """Point Inductor at this GPU's own folder ($TORCHINDUCTOR_CACHE_DIR, read by every process of the session), and
+    unpack into it the carried tar's entries for this GPU and torch (entries for another are left out)."""
+    folder = cache_base() / slug
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    if not carried.is_file():
+        log(f"inductor cache: {folder} (nothing carried)")
+        return folder
+    prefix = f"inductor/{slug}/"
+    try:
+        with tarfile.open(carried) as tar:
+            every = tar.getmembers()
+            mine = [m for m in every if m.name.startswith(prefix) and ".." not in m.name and (m.isfile() or m.isdir())]
+            for m in mine:
+                m.name = m.name[len("inductor/") :]
+            tar.extractall(cache_base(), members=mine, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as e:
+        log(f"inductor cache: the carried {carried.name} is unreadable ({type(e).__name__}); starting empty")
+        return folder
+    others = sum(1 for m in every if m.isfile()) - sum(1 for m in mine if m.isfile())
+    log(f"inductor cache: {folder}; unpacked {sum(1 for m in mine if m.isfile())} files of this GPU's from "
+        f"{carried.name} ({others} of another GPU or torch left out)")  # fmt: skip
+    return folder
 
-    if over("the 16-seed step"):
-        s16 = s4 * default.step(16) / default.step(4)
-        model = train_group(replace(ref, train=replace(ref.train, steps=1, warmup_steps=1)), list(range(16)), device,
-                            progress=False).model  # fmt: skip
-    else:
-        s16, record["train_16"] = steps_timed(16, 5, 2)
-        model = record["train_16"].pop("model")
-    if "train_16" in record:
-        log(f"calibration: 16 seeds {s16:.4f} s a step; peak {record['train_16']['peak_gib']} GiB against the "
-            f"estimate {record['train_16']['estimated_gib']:.1f} GiB")  # fmt: skip
-    hardest = ref.task.eval_difficulties[-1]
-    evaluated = model if batched(model) else model.member(0)  # the CPU evaluates one member at a time
-    if over("the evaluation pass"):
-        eval_s = default.eval_s * s16 / default.step(16)
-    else:
-        t = time.monotonic()
-        step_metrics(evaluated, eval_set(ref.task, hardest), ref.max_eval_loops, "none")
-        sync(device)
-        eval_s = (time.monotonic() - t) * len(ref.task.eval_difficulties) / evaluated.members  # a member, every one
-        log(f"calibration: one member's evaluation pass {eval_s:.3f} s ({evaluated.members} in one forward)")
-    refit_s = s16 if over("the refit step") else refit_step_s(model, ref, device)
-    log(f"calibration: one refit step (head + last, 16 seeds) {refit_s:.4f} s")
-    floor = Rates.h200(preset_name).floor_s if device == "cuda" else 0.0
-    rates = Rates(f"measured {time.strftime('%Y-%m-%d')} on {device_name(device)} (dev/checks/gpu-session.sh)",
-                  {4: s4, 16: s16}, floor, eval_s, refit_s, compile_s)  # fmt: skip
-    record |= dict(preset=preset_name, device=device_name(device), seconds=round(time.monotonic() - t0, 1),
-                   limit_s=limit_s, eval_member_s=round(eval_s, 4), refit_step_s=round(refit_s, 4),
-                   compile_s=round(compile_s, 1))  # fmt: skip
-    est = memory.estimate(ref, 16, device)
-    record["memory_16"] = dict(estimated_gib=round(est.peak_bytes / memory.GIB, 2),
-                               measured_gib=record.get("train_16", {}).get("peak_gib"))  # fmt: skip
-    del model
-    return record, rates
+
+# ---------------------------------------------------------------- 2. calibration
 
 
 def sync(device: str) -> None:
@@ -141,126 +110,158 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def refit_step_s(model, ref, device: str, warm: int = 1, timed: int = 3) -> float:
-    """Seconds of one E3 refit step of head + last layer for the whole group, as engine.experiments.refit trains it
-    (a copy of the model, the loop frozen, `none` mode at n = T, per-member clipping), evaluation left out."""
-    import copy
-
-    import torch
-
-    from engine.core import tasks
-    from engine.core.train import adamw, member_losses, optimizer_step
-    from engine.experiments import refit as rf
-
-    m = copy.deepcopy(model)
-    names = rf.refit_names(m, "head+last")
-    for n, p in m.named_parameters():
-        p.requires_grad_(n in names)
-    params = [p for p in m.parameters() if p.requires_grad]
-    opt = adamw([p for p in params if p.dim() == 3], [p for p in params if p.dim() != 3], 1e-3, 0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    gens = [tasks.train_generator(tasks.derive_seed("calibration", s)) for s in range(m.members)]
-    hardest = max(ref.task.train_difficulties)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
-    t = 0.0
-    for step in range(warm + timed):
-        if step == warm:
-            sync(device)
-            t = time.monotonic()
-        batches = [tasks.train_batch(ref.task, hardest, ref.train.batch_size, g) for g in gens]
-        tokens = torch.stack([b.tokens for b in batches]).to(device)
-        targets = torch.stack([b.targets for b in batches]).to(device)
-        with autocast:
-            out = m(tokens, ref.model.trained_loops, "none", all_positions=True, readout_steps="last")
-        optimizer_step(member_losses(out.logits, targets).sum(), opt, sched, params, 1.0)
-    sync(device)
-    return (time.monotonic() - t) / timed
-
-
 def device_name(device: str) -> str:
     import torch
 
     return torch.cuda.get_device_name(0) if device == "cuda" else f"the CPU ({os.cpu_count()} cores)"
 
 
-# ---------------------------------------------------------------- 3. the next piece
+def calibrate(preset_name: str, device: str, log: Log, limit_s: float = CALIBRATION_S) -> tuple[dict, object]:
+    """Measure on `device` what the pieces pay (gpu_rates.Rates; module docstring, step 2). The timed passes stop at
+    about `limit_s` seconds after the warm-up's one-off seconds; a part cut there is scaled from the H200's rates."""
+    import torch
 
-
-def todo(piece: str, preset_name: str, results: Path) -> bool:
-    """Whether a piece still has work in the store at `results`."""
-    from engine.core.presets import preset, study_root
-    from engine.core.store import Store
-    from engine.experiments import e3, e5
-    from engine.runtime import gpu_study as gs
-
-    store = Store(study_root(results, preset_name))
-    if piece in ("norm", "none"):
-        cfg = preset(preset_name, "parity", piece)
-        seeds = cfg.group(0)
-        steps = ["surgery"] if piece == "none" else ["surgery", "rescale"]
-        return gs.needs(store, cfg, seeds, preset_name, steps) or (
-            piece == "norm" and gs.needs(store, cfg, e5.seeds_for(preset_name, cfg, seeds), preset_name, ["rescale"])
-        )
-    if piece == "e3":
-        cfg = preset(preset_name, "parity", "norm")
-        keys = [cfg.run_key(s) for s in cfg.group(0)]
-        return bool(e3.missing_refits(keys, e3.refit_config(preset_name), store))
-    done = gs.chain_results(store)
-    if piece == "chain-c2" and gs.adopted(done) == "C1":
-        return False
-    return piece.split("-")[1].upper() not in done
-
-
-def predict(piece: str, preset_name: str, results: Path, rates) -> float:
-    """Seconds a piece is predicted to take at `rates` (gpu_study.Rates), what it has stored already not counted."""
-    from engine.core.presets import preset, study_root
-    from engine.core.store import Store
-    from engine.experiments import e3
-    from engine.runtime import gpu_study as gs
+    from engine.core import flops, tasks
+    from engine.core.evaluate import batched, step_metrics
+    from engine.core.presets import preset
+    from engine.core.train import compile_wanted, train_group
+    from engine.experiments import refit as rf
+    from engine.runtime.gpu_rates import Rates
 
     ref = preset(preset_name, "parity", "norm")
-    store = Store(study_root(results, preset_name))
-    if piece in ("norm", "none"):
-        cfg = preset(preset_name, "parity", piece)
-        m = len(cfg.group(0))
-        stored = all(store.status(cfg.run_key(s)) == "ok" for s in cfg.group(0))
-        train = 0.0 if stored else rates.train_s(cfg, m, ref) + rates.compile_s + rates.evals_s(cfg, m, 1, ref)
-        return train + (rates.evals_s(cfg, m, 1, ref) + rates.evals_s(cfg, 4, 3, ref) if piece == "norm" else 0.0)
-    if piece == "e3":
-        refit = e3.refit_config(preset_name)
-        m = len(ref.group(0))
-        keys = [ref.run_key(s) for s in ref.group(0)]
-        retrain = rates.train_s(ref, m, ref) + rates.compile_s if gs.weightless(store, keys) else 0.0
-        return retrain + rates.refits_s(ref, m, refit.targets, refit.schedule, ref)
-    cfg = gs.chain_candidates(preset_name, 100)["C2" if piece == "chain-c2" else "C1"]
-    if piece == "chain-c1":
-        return COMMAND_S - CALIBRATION_S - PACK_S  # as many steps as fit: it fills what is left
-    return rates.train_s(cfg, len(gs.CHAIN_SEEDS), ref) + rates.compile_s
+    group, hardest, lengths = ref.train.group_size, ref.task.eval_difficulties[-1], len(ref.task.eval_difficulties)
+    at_hardest = replace(ref, task=replace(ref.task, eval_difficulties=(hardest,)))
+    compiling, default = compile_wanted(device), Rates.h200(preset_name)
+    record: dict = dict(preset=preset_name, device=device_name(device), compiled=compiling, limit_s=limit_s)
+    t0, one_off = time.monotonic(), {}
+
+    def clock(fn) -> float:
+        sync(device)
+        t = time.monotonic()
+        fn()
+        sync(device)
+        return time.monotonic() - t
+
+    def evaluation(model) -> float:  # one pass at the hardest length, as evaluate() runs it on this device
+        return clock(lambda: step_metrics(model, tasks.eval_set(ref.task, hardest), ref.max_eval_loops, "norm"))
+
+    def refit(model, steps: int) -> float:  # E3's refit of head + last as it runs: a copy (eager), then evaluated
+        cfg = rf.RefitConfig(targets=("head+last",), schedule=(0, steps))
+        seeds = list(range(model.members))
+        return clock(lambda: rf.refit(model, at_hardest, seeds, "head+last", cfg, ref.max_eval_loops, device))
+
+    def steps_timed(members: int, steps: int, skip: int) -> float:
+        """Seconds of one step of `members` seeds, averaged over the preset's schedule (the timed steps' FLOPs)."""
+        cfg = replace(ref, train=replace(ref.train, steps=steps, warmup_steps=1, group_size=members))
+        stamps: list[float] = []
+        train_group(cfg, list(range(members)), device, progress=False, check_every=skip,  # a host sync at `skip`
+                    on_step=lambda *_: stamps.append(time.monotonic()))  # fmt: skip
+        measured = flops.training_flops(cfg, 1) - flops.training_flops(cfg, 1, skip)  # the timed steps' own FLOPs
+        avg = flops.training_flops(ref, 1) / ref.train.steps  # one member's step over the whole schedule
+        return (stamps[-1] - stamps[skip - 1]) / (steps - skip) * avg / (measured / (steps - skip))
+
+    # 1. the warm-up: every graph a piece runs, once, before anything is timed
+    stamps: list[float] = []
+    start = time.monotonic()
+    warm = train_group(replace(ref, train=replace(ref.train, steps=3, warmup_steps=1)), list(range(group)), device,
+                       progress=False, check_every=1, on_step=lambda *_: stamps.append(time.monotonic()))  # fmt: skip
+    one_off["training"] = stamps[0] - start - (stamps[2] - stamps[1])
+    model = warm.model
+    evaluated = model if batched(model) else model.member(0)  # the CPU evaluates one member at a time
+    first = evaluation(evaluated)
+    eval_hard = evaluation(evaluated)
+    one_off["evaluation"] = first - eval_hard
+    alone_hard = eval_hard
+    if batched(model):  # the surgeries evaluate one member alone, from its stored weights: eager
+        alone = model.member(0)
+        first = evaluation(alone)
+        alone_hard = evaluation(alone)
+        one_off["one member alone"] = first - alone_hard
+    refit_first = refit(model, 1)
+    compile_s = sum(max(0.0, s) for s in one_off.values())
+    record |= dict(warm_up_s=round(time.monotonic() - start, 1), peak_gib=warm.peak_memory_gib,
+                   estimated_gib=round(warm.estimated_memory_gib, 2))  # fmt: skip
+    how = "compiled" if compiling else "eager"
+    log(f"calibration: warm-up ({how}) of every graph a piece runs {record['warm_up_s']:.0f} s, of which one-off "
+        f"{compile_s:.1f} s ({', '.join(f'{k} {v:.1f}' for k, v in one_off.items())}); {group} seeds' peak "
+        f"{warm.peak_memory_gib} GiB against the estimate {warm.estimated_memory_gib:.1f} GiB")  # fmt: skip
+
+    def over(part: str) -> bool:
+        if time.monotonic() - t0 - compile_s <= limit_s:
+            return False
+        record.setdefault("not_measured", []).append(part)
+        log(f"calibration: past its {limit_s:.0f} s; {part} scaled from the H200's rates of 2026-12-04")
+        return True
+
+    # 2. the timed passes
+    s4 = steps_timed(4, 6, 2)
+    s16 = s4 * default.step(16) / default.step(4) if over("the 16-seed step") else steps_timed(16, 5, 2)
+    log(f"calibration: a training step {s4:.4f} s at 4 seeds, {s16:.4f} s at 16")
+    eval_s = eval_hard * lengths / evaluated.members
+    eval_one_s = alone_hard * lengths
+    log(f"calibration: one member's evaluation pass {eval_s:.3f} s in the trained model ({evaluated.members} in one "
+        f"forward), {eval_one_s:.3f} s alone from its weights")  # fmt: skip
+    if over("the refit step"):
+        refit_s, refit_eval_s = s16 * group / 16, eval_s
+    else:
+        two, six = refit(model, 2), refit(model, 6)
+        refit_s = max(0.0, six - two) / 4
+        refit_eval_s = max(0.0, two - 2 * refit_s) * lengths / group
+        one_off["refit"] = max(0.0, refit_first - (two - refit_s))
+        log(f"calibration: a refit step (head + last, {group} seeds, as E3 runs it) {refit_s:.4f} s; one member's "
+            f"evaluation pass in a refit {refit_eval_s:.3f} s")  # fmt: skip
+    compile_s = sum(max(0.0, s) for s in one_off.values())
+    record["host_batch"] = host_batches(ref, device, s4 + (s16 - s4) * (group - 4) / 12)  # the group's step
+    log(f"calibration: {record['host_batch']['sentence']}")
+    floor = default.floor_s if device == "cuda" else 0.0
+    rates = Rates(f"measured {time.strftime('%Y-%m-%d')} on {device_name(device)} ({how}; dev/checks/gpu-session.sh)",
+                  {4: s4, 16: s16}, floor, eval_s, refit_s, compile_s, eval_one_s, refit_eval_s)  # fmt: skip
+    record |= dict(seconds=round(time.monotonic() - t0, 1), compile_s=round(compile_s, 1), rates=rates.to_dict(),
+                   one_off_s={k: round(v, 2) for k, v in one_off.items()})  # fmt: skip
+    del model, evaluated, warm
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return record, rates
 
 
-def choose(preset_name: str, results: Path, rates, left_s: float) -> tuple[str | None, list[dict]]:
-    """The first unfinished piece of ORDER predicted to fit `left_s`, and what was weighed."""
-    weighed = []
-    for piece in ORDER:
-        if not todo(piece, preset_name, results):
-            weighed.append(dict(piece=piece, status="done"))
-            continue
-        seconds = predict(piece, preset_name, results, rates)
-        fits = seconds <= left_s
-        weighed.append(dict(piece=piece, predicted_s=round(seconds, 1), fits=fits))
-        if fits:
-            return piece, weighed
-    return None, weighed
+def host_batches(ref, device: str, step_s: float, repeat: int = 5) -> dict:
+    """Seconds the host takes to build one training step's batches for the preset's group at the hardest training
+    length (train_group builds them on the host, pinned on a GPU, and copies them without a wait), against a step."""
+    import torch
+
+    from engine.core import tasks
+
+    gens = [tasks.train_generator(s) for s in range(ref.train.group_size)]
+    d = max(ref.task.train_difficulties)
+    t = time.monotonic()
+    for _ in range(repeat):
+        batches = [tasks.train_batch(ref.task, d, ref.train.batch_size, g) for g in gens]
+        tokens, targets = (torch.stack([getattr(b, f) for b in batches]) for f in ("tokens", "targets"))
+        if device == "cuda":
+            tokens, targets = tokens.pin_memory(), targets.pin_memory()
+    seconds = (time.monotonic() - t) / repeat
+    share = seconds / step_s if step_s > 0 else float("nan")
+    sentence = (f"a step's batches built on the host in {seconds * 1e3:.1f} ms, {share:.0%} of the group's step; "
+                "the losses stay on the device (checked every 25 steps), so the host builds the next step's batches "
+                "while the device runs this one" if device == "cuda" else
+                f"a step's batches built in {seconds * 1e3:.1f} ms, {share:.0%} of the group's step (the CPU builds "
+                "them between steps)")  # fmt: skip
+    return dict(seconds=round(seconds, 5), share_of_step=round(share, 4), sentence=sentence)
 
 
-def run_piece(piece: str, args, rates_path: Path, limit: float, log: Log) -> int:
-    """The piece under its own timeout (its budget refuses what would not fit first), then its pack."""
+# ---------------------------------------------------------------- 3. the piece
+
+
+def run_piece(piece: str, args, rates_path: Path, limit: float, log: Log) -> dict:
+    """The piece in its own process under its own timeout (it refuses a unit its prediction says would not end by
+    `limit`), then its pack; each unit's wall against its prediction, logged and returned."""
     env = dict(os.environ)
     study = [sys.executable, "-u", "-m", "engine.runtime.gpu_study", "run", piece, "--preset", args.preset,
-             "--results", str(args.results), "--device", args.device, "--budget", f"{max(1.0, limit - 60):.0f}",
+             "--results", str(args.results), "--device", args.device, "--budget", f"{limit:.0f}",
              "--limit", f"{limit:.0f}", "--out", str(args.out), "--rates", str(rates_path)]  # fmt: skip
     piece_log = args.out / f"gpu-study-{piece}.log"
     log(f"{piece}: started, limit {limit:.0f} s; its log: {piece_log.name}")
+    t = time.monotonic()
     with piece_log.open("a") as f:
         try:
             status = subprocess.run(study, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=env,
@@ -268,53 +269,81 @@ def run_piece(piece: str, args, rates_path: Path, limit: float, log: Log) -> int
         except subprocess.TimeoutExpired:
             status = 124
             f.write(f"[gpu-session] {piece} reached its limit of {limit:.0f} s; packing what finished\n")
-    log(f"{piece}: exit {status} after {elapsed():.0f} s of the session; packing")
+    wall = time.monotonic() - t
+    log(f"{piece}: exit {status} after {wall:.0f} s ({elapsed():.0f} s of the session); packing")
     pack = [sys.executable, "-m", "engine.runtime.gpu_pack", piece, "--preset", args.preset, "--results",
             str(args.results), "--out", str(args.out)]  # fmt: skip
     with piece_log.open("a") as f:
         packed = subprocess.run(pack, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=env, timeout=120).returncode
     log(f"{piece}: pack exit {packed}")
-    return status or packed
+    summary_path = args.out / f"gpu-study-{piece}.json"
+    units = json.loads(summary_path.read_text()).get("units", []) if summary_path.is_file() else []
+    for u in units:
+        log(f"{piece}: {u['what']}: {u.get('status')}; predicted {u.get('predicted_s')} s (compile "
+            f"{u.get('compile_s', 0)}), wall {u.get('wall_s', '-')} s")  # fmt: skip
+    kept = ("what", "status", "predicted_s", "compile_s", "wall_s")
+    return dict(name=piece, status=status or packed, wall_s=round(wall, 1),
+                units=[{k: u.get(k) for k in kept} for u in units])  # fmt: skip
 
 
 # ---------------------------------------------------------------- 4. the Inductor cache, 5. the plan
 
 
-def tar_cache(out: Path, log: Log) -> None:
-    """OUT/inductor-cache.tar.gz of $TORCHINDUCTOR_CACHE_DIR, when it fits one file that comes back."""
-    cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", Path.home() / ".cache" / "loopscope" / "inductor"))
-    if not cache.is_dir() or not any(cache.iterdir()):
-        log(f"inductor cache: nothing compiled here ({cache}); no tar")
-        return
+def tar_cache(out: Path, folder: Path, slug: str, log: Log, limit_mib: float = FILE_MIB) -> str | None:
+    """OUT/inductor-cache.tar.gz of this GPU's cache folder, under inductor/SLUG/, in one file of at most `limit_mib`:
+    every entry, else without Triton's intermediate files, else Inductor's graph caches alone; which fitted, or None."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    if not files:
+        log(f"inductor cache: nothing compiled here ({folder}); no tar")
+        return None
+    tiers = {
+        "every entry": files,
+        "without Triton's intermediate files": [p for p in files if p.suffix not in TRITON_STEPS],
+        "Inductor's graph caches alone": [p for p in files if p.relative_to(folder).parts[0] in GRAPH_CACHES],
+    }  # fmt: skip
     path = out / "inductor-cache.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        tar.add(cache, arcname="inductor")
-    size = path.stat().st_size
-    if size > (FILE_MIB - 1) * 2**20:
-        path.unlink()
-        log(f"inductor cache: {size / 2**20:.1f} MiB, over what one file of $OUT takes; not kept")
-        return
-    log(f"inductor cache: {path.name}, {size / 2**20:.1f} MiB (carry it as inductor-cache.tar.gz at the tree's root)")
+    for tier, chosen in tiers.items():
+        if not chosen:
+            continue
+        with tarfile.open(path, "w:gz") as tar:
+            for p in chosen:
+                tar.add(p, arcname=f"inductor/{slug}/{p.relative_to(folder)}")
+        size = path.stat().st_size
+        if size <= limit_mib * 2**20:
+            log(f"inductor cache: {path.name}, {size / 2**20:.1f} MiB, {tier} ({len(chosen)} of {len(files)} files; "
+                "carry it as inductor-cache.tar.gz at the tree's root)")  # fmt: skip
+            return tier
+    path.unlink()
+    log(f"inductor cache: even its graph caches alone are over {limit_mib} MiB; not kept")
+    return None
 
 
 def plan(results: Path, log: Log) -> dict:
-    """The next real session on the `gpu` preset: start-up, calibration, the next piece that fits, pack and margin,
-    at the rates last measured on a GPU (LAST_RATES) or else the H200's of 2026-12-04."""
-    from engine.runtime.gpu_study import Rates
+    """The next real session on the `gpu` preset (gpu_plan.plan) at the rates last measured on a GPU (LAST_RATES) or
+    else the H200's of 2026-12-04, logged."""
+    from engine.runtime import gpu_plan
+    from engine.runtime.gpu_rates import Rates
 
-    rates = Rates.load(LAST_RATES, "gpu")
-    left = COMMAND_S - CALIBRATION_S - RESERVE_S  # what a session's piece gets of its command
-    piece, weighed = choose("gpu", results, rates, left)
-    seconds = predict(piece, "gpu", results, rates) if piece else 0.0
-    total = START_S + CALIBRATION_S + seconds + PACK_S + MARGIN_S
-    pieces = {p: round(predict(p, "gpu", results, rates)) for p in ORDER if todo(p, "gpu", results)}
-    out = dict(piece=piece, pieces=pieces,
-               piece_s=round(seconds, 1), total_s=round(total), weighed=weighed, rates=rates.to_dict(),
-               parts=dict(start=START_S, calibration=CALIBRATION_S, piece=round(seconds), pack=PACK_S,
-                          margin=MARGIN_S))  # fmt: skip
-    log(f"the next real session (gpu preset, {results}): {piece or 'nothing fits'}; weighed {weighed}")
-    log(f"rates: {rates.source}")
+    out = gpu_plan.plan(results, Rates.load(LAST_RATES, "gpu"))
+    log(f"the next real session (gpu preset, {results}): {out['piece'] or 'nothing fits'}; weighed {out['weighed']}")
+    log(f"rates: {out['rates']['source']}")
     return out
+
+
+def plan_lines(p: dict) -> list[str]:
+    """The plan as it is printed last: each piece left with its parts, then `plan: N s of device time (...)`."""
+    lines = []
+    for piece, seconds in p["pieces"].items():
+        parts = p["pieces_parts"][piece]
+        why = p["outside"].get(piece) or p["waiting"].get(piece)
+        lines.append(f"  {piece}: {seconds} s ({', '.join(f'{k} {v:.0f}' for k, v in parts.items())})"
+                     + (f"; {why}" if why else ""))  # fmt: skip
+    s, within = p["parts"], "within" if p["total_s"] <= SESSION_S else "OVER"
+    lines.append(f"plan: {p['total_s']} s of device time (start-up {s['start']}, calibration {s['calibration']} + "
+                 f"compile {s['calibration_compile']}, {p['piece'] or 'no piece'} {s['piece']} (of which compile "
+                 f"{p['piece_parts'].get('compile', 0):.0f}), pack {s['pack']}, margin {s['margin']}; {within} the "
+                 f"{SESSION_S} s a session plans for)")  # fmt: skip
+    return lines
 
 
 # ---------------------------------------------------------------- the session
@@ -326,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrate-only", action="store_true", help="the calibration, no piece (dev/checks/gpu-check.sh)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--results", type=Path, default=None)
-    ap.add_argument("--limit", type=float, default=COMMAND_S, help="the command's seconds")
+    ap.add_argument("--limit", type=float, default=520, help="the command's seconds (gpu-session.sh: its own less 20)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     log = Log(args.out)
@@ -337,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(summary, indent=1, default=str))
 
     import torch
+
+    from engine.core.train import compile_wanted
+    from engine.runtime.gpu_plan import choose
 
     args.device = "cpu" if args.dry_run else "cuda"
     args.preset = "gpu-smoke" if args.dry_run else "gpu"
@@ -352,15 +384,34 @@ def main(argv: list[str] | None = None) -> int:
 
     summary["env"] = gpu_info() if args.device == "cuda" else {"device": "cpu", "threads": torch.get_num_threads()}
     log(f"{args.device} asserted after {elapsed():.1f} s (torch {torch.__version__}); preset {args.preset}")
+    slug = cache_slug(args.device)
+    cache = use_cache(slug, log)
     summary["plan"] = plan(REPO / "cached_results", log)  # the next real session's, before anything can cut this short
+    compiling = compile_wanted(args.device)
+    summary["compile"] = dict(mode="compiled" if compiling else "eager")
     save()
     try:
         summary["calibration"], rates = calibrate(args.preset, args.device, log)
-    except Exception as e:  # the session still plans and says why
-        summary["calibration"] = dict(error=f"{type(e).__name__}: {e}"[:600])
-        log(f"calibration failed: {summary['calibration']['error']}")
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"[:600]
+        if not compiling:
+            summary["calibration"] = dict(error=error)
+            log(f"calibration failed: {error}")
+            save()
+            return 1
+        log(f"calibration: the compiled path failed ({error.splitlines()[0][:300]}); the session goes on eager "
+            "(LOOPSCOPE_COMPILE=0), its calibration run again and its piece planned at the eager rates")  # fmt: skip
+        summary["compile"] = dict(mode="eager", failed=error)
+        os.environ["LOOPSCOPE_COMPILE"] = "0"  # this process and the piece's
+        torch._dynamo.reset()
         save()
-        return 1
+        try:
+            summary["calibration"], rates = calibrate(args.preset, args.device, log)
+        except Exception as again:
+            summary["calibration"] = dict(error=f"{type(again).__name__}: {again}"[:600])
+            log(f"calibration failed eager too: {summary['calibration']['error']}")
+            save()
+            return 1
     rates_path = args.out / "rates.json"
     rates_path.write_text(json.dumps(rates.to_dict(), indent=1))
     save()
@@ -372,10 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"next piece: {piece or 'none fits or none is left'} ({left:.0f} s left; weighed {weighed})")
         save()
         if piece:
-            status = run_piece(piece, args, rates_path, left, log)
-            summary["piece"] = dict(name=piece, status=status, session_s=round(elapsed(), 1))
+            summary["piece"] = run_piece(piece, args, rates_path, left, log)
+            status = summary["piece"]["status"]
             save()
-    tar_cache(args.out, log)
+    summary["inductor_cache"] = tar_cache(args.out, cache, slug, log)
     summary["wall_s"] = round(elapsed(), 1)
     files = sorted(p.name for p in args.out.iterdir())
     summary["files"] = files
@@ -383,12 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(files) > MAX_FILES:
         log(f"OUT holds {len(files)} files, over the {MAX_FILES} that come back: {files}")
         status = status or 1
-    p = summary["plan"]
-    log(f"session: {elapsed():.0f} s; OUT: {len(files)} files")
-    within = "within" if p["total_s"] <= SESSION_S else "OVER"
-    print(f"plan: {p['total_s']} s of device time (start-up {START_S}, calibration {CALIBRATION_S}, "
-          f"{p['piece'] or 'no piece'} {p['piece_s']:.0f}, pack {PACK_S}, margin {MARGIN_S}; {within} the "
-          f"{SESSION_S} s a session plans for; each piece left: {p['pieces']})", flush=True)  # fmt: skip
+    log(f"session: {elapsed():.0f} s ({summary['compile']['mode']}); OUT: {len(files)} files")
+    print("\n".join(plan_lines(summary["plan"])), flush=True)
     return status
 
 

@@ -253,8 +253,24 @@ def provenance(device: str) -> dict:
     }
 
 
+NUMBER, TEXT = (int, float), (str,)
+# The type of each field a run's or a refit's manifest may carry; a field of another type makes the run damaged
+# (Store.status says which), never a crash of a reader. A refit's (a manifest with `refit`) losses, times and curves
+# are per target: dicts (PER_TARGET).
+FIELD_TYPES = {
+    "seed": int, "steps": int, "resumed_from_step": int, "group": list, "config": dict, "files_not_included": dict,
+    "rows_added": list, "machine": dict, "versions": dict, "gpu": dict, "refit": dict, "state_scales": dict,
+    "computed_targets": dict, "git_dirty": bool, "weights_not_kept": TEXT, "experiment": TEXT, "created": TEXT,
+    "device": TEXT, "host": TEXT, "run_key": TEXT, "refit_key": TEXT, "task": TEXT, "dtype_policy": TEXT,
+    "git_commit": (str, type(None)), "final_loss": (*NUMBER, type(None)), "wall_time_s": NUMBER,
+    "eval_wall_s": NUMBER, "peak_memory_gib": NUMBER, "estimated_memory_gib": NUMBER, "loss_curve": list,
+}  # fmt: skip
+PER_TARGET = ("final_loss", "wall_time_s", "loss_curve")
+
+
 def valid_manifest(m) -> str | None:
-    """None if `m` has a run manifest's shape, else what is wrong with it."""
+    """None if `m` has a run manifest's shape (its files, and each known field of its type: FIELD_TYPES), else what
+    is wrong with it."""
     if not isinstance(m, dict):
         return f"is a JSON {type(m).__name__}, not an object"
     files = m.get("files")
@@ -263,8 +279,15 @@ def valid_manifest(m) -> str | None:
     if not all(isinstance(n, str) and "/" not in n and not n.startswith(".") and isinstance(h, str)
                for n, h in files.items()):  # fmt: skip
         return "names a file outside its folder or without a checksum"
-    if not isinstance(m.get("config", {}), dict) or not isinstance(m.get("seed", 0), int):
-        return "has a config or seed of the wrong type"
+    for field, kind in FIELD_TYPES.items():
+        value, kind = m.get(field), (kind, dict) if "refit" in m and field in PER_TARGET else kind
+        wrong = field in m and (not isinstance(value, kind) or isinstance(value, bool) and kind is not bool)
+        if wrong or field == "group" and not all(isinstance(s, int) and not isinstance(s, bool) for s in value or []):
+            return f"has a {field} of the wrong type"
+    if not all(isinstance(n, str) and isinstance(h, str) for n, h in (m.get("files_not_included") or {}).items()):
+        return "names a file not included without a checksum"
+    if not all(isinstance(a, dict) for a in m.get("rows_added") or []):
+        return "has a rows_added of the wrong type"
     return None
 
 
@@ -338,6 +361,8 @@ class Store:
             raise CorruptRun(f"run {key}: no manifest (an interrupted write?)") from e
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise CorruptRun(f"run {key}: manifest.json is not valid JSON") from e
+        except RecursionError:
+            raise CorruptRun(f"run {key}: manifest.json is nested too deep") from None
         wrong = valid_manifest(m)
         if wrong:
             raise CorruptRun(f"run {key}: manifest.json {wrong}")

@@ -178,9 +178,30 @@ def compiled(model: LoopedLM, backend: str = "inductor") -> LoopedLM:
     serves every group size and width (tests/test_gpu_engine.py, counted with the eager backend)."""
     compile_cache()
     torch._dynamo.config.force_parameter_static_shapes = False
+    if os.environ.get("LOOPSCOPE_COMPILE_FAIL") == "1":  # a compile that fails, on demand (the session's fallback)
+        backend = failing_backend
     for layer in model.layers:
         layer.compile(dynamic=True, backend=backend)
     return model
+
+
+def failing_backend(graph, example_inputs):
+    """What $LOOPSCOPE_COMPILE_FAIL=1 compiles with: the first compiled forward raises, as a compile that fails on a
+    device would (dev/checks/gpu-session.sh then goes on eager)."""
+    raise RuntimeError("a compile failure, simulated ($LOOPSCOPE_COMPILE_FAIL=1)")
+
+
+def gpu_determinism() -> None:
+    """What torch offers to make a GPU training repeat itself, set before one (the CPU's training is left as it is):
+    deterministic algorithms where an op has one (a warning where it has none), cuDNN without autotuning, Inductor
+    without choosing kernels by timing them, cuBLAS with a fixed workspace (read when its handle is made)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
+    import torch._inductor.config as inductor
+
+    if hasattr(inductor, "deterministic"):  # where this torch has it
+        inductor.deterministic = True
 
 
 def compile_cache() -> None:
@@ -261,29 +282,38 @@ def save_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], done: int, mod
 
 
 def load_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], model, opt, sched, generators, losses) -> int:
-    """Restore a checkpoint of this very config and seed group in place; return its step (0 if none fits)."""
+    """Restore a checkpoint of this very config and seed group in place; return its step (0 if none fits). Everything
+    is checked before a weight is copied (checkpoint_fault): a checkpoint that is unreadable, or whose header or
+    tensors are not what this training saves at the step it names (a file made by hand, a step its optimizer, its
+    scheduler and its losses did not reach), is not resumed: the training starts at step 0 and replaces it at its
+    first save. A file that breaks while its weights are copied is removed (UsageError: run the command again)."""
     if not path.is_file():
         return 0
     copied = False
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads(f.metadata()["loopscope"])
-            names = set(f.keys())
-            if meta["config"] != json.loads(json.dumps(cfg.to_dict())) or meta["seeds"] != list(seeds):
+            ours = isinstance(meta, dict) and meta.get("seeds") == list(seeds)
+            if not ours or meta.get("config") != json.loads(json.dumps(cfg.to_dict())):
                 return 0  # another run's checkpoint (a hash collision or a hand-copied file): not ours to resume
-            weights = model.state_dict()
-            if {f"model.{k}" for k in weights} != {n for n in names if n.startswith("model.")}:
-                raise KeyError("the checkpoint's weights are not this model's")
+            wrong = checkpoint_fault(f, meta, cfg, model, opt, sched, generators)
+            if wrong:
+                raise ValueError(wrong)
+            tensors = {k: f.get_tensor(k) for k in f.keys() if not k.startswith("model.")}
+            steps = {float(v) for k, v in tensors.items() if k.startswith("opt.") and k.endswith(".step")}
+            if steps != {meta["step"]} or not torch.isfinite(tensors["losses"]).all():
+                raise ValueError(f"its optimizer or losses are not at step {meta['step']}")
             with torch.no_grad():  # one tensor at a time: no second copy of the weights in memory
-                for k, v in weights.items():
+                for k, v in model.state_dict().items():
                     copied = True
                     v.copy_(f.get_tensor(f"model.{k}"))
-            tensors = {k: f.get_tensor(k) for k in names if not k.startswith("model.")}
-    except Exception as e:  # unreadable: train from scratch rather than fail
+    except Exception as e:  # unreadable, or not this training's: train from scratch rather than fail
         if copied:  # the fresh weights are partly overwritten: starting at 0 would not be this seed's training
-            raise RuntimeError(f"checkpoint {path} broke while it was read ({type(e).__name__}); delete it and "
-                               "run again.") from e  # fmt: skip
-        print(f"loopscope: checkpoint {path} is unreadable ({type(e).__name__}); starting at step 0.", file=sys.stderr)
+            path.unlink(missing_ok=True)
+            raise UsageError(f"checkpoint {path} broke while it was read ({type(e).__name__}); it was removed: run the "
+                             "command again (the training starts at step 0).") from e  # fmt: skip
+        why = str(e)[:120] if isinstance(e, ValueError) and str(e) else type(e).__name__
+        print(f"loopscope: checkpoint {path} is unreadable ({why}); starting at step 0.", file=sys.stderr)
         return 0
     state: dict[int, dict] = {}
     for k, v in tensors.items():
@@ -300,15 +330,68 @@ def load_checkpoint(path: Path, cfg: RunConfig, seeds: list[int], model, opt, sc
     return done
 
 
-def checkpoint_header(path: Path) -> dict | None:
-    """A checkpoint's JSON header (step, config, seeds; save_checkpoint's `meta`) without reading its tensors, or None
-    if the file is not a readable checkpoint: what `loopscope list` shows of a training killed midway."""
+ADAMW_STATE = ("exp_avg", "exp_avg_sq", "step")  # what AdamW keeps per parameter (no amsgrad)
+
+
+def checkpoint_fault(f, meta: dict, cfg: RunConfig, model, opt, sched, generators) -> str | None:
+    """None if an open checkpoint `f` (with its header `meta`, of this config and seeds) holds what save_checkpoint
+    writes for this model, optimizer, scheduler and generators at the step it names, shape for shape, else what is
+    not: a step within the training; the weights' names, shapes and dtypes; AdamW's state for every parameter; the
+    optimizer's groups and the scheduler's state with the fresh ones' fields (only the learning rate and the step
+    counters may differ); one generator state per seed; the losses of every step so far."""
+    step, total = meta.get("step"), cfg.train.steps
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 < step <= total:
+        return f"its step is not one of 1..{total}"
+    shapes = {n: (f.get_slice(n).get_shape(), f.get_slice(n).get_dtype()) for n in f.keys()}
+    want = {f"model.{k}": (list(v.shape), v.dtype) for k, v in model.state_dict().items()}
+    params = [p for g in opt.param_groups for p in g["params"]]
+    want |= {f"opt.{i}.{n}": ([] if n == "step" else list(p.shape), torch.float32)
+             for i, p in enumerate(params) for n in ADAMW_STATE}  # fmt: skip
+    want |= {f"generator.{i}": (list(g.get_state().shape), torch.uint8) for i, g in enumerate(generators)}
+    want["losses"] = ([step, len(generators)], torch.float32)
+    dtype = {torch.float32: "F32", torch.bfloat16: "BF16", torch.uint8: "U8"}
+    if set(shapes) != set(want) or any(shapes[n] != (s, dtype.get(d)) for n, (s, d) in want.items()):
+        return "its tensors are not this training's"
+    fresh = json.loads(json.dumps(opt.state_dict()["param_groups"]))
+    groups = meta.get("param_groups")
+    if not isinstance(groups, list) or len(groups) != len(fresh) or not all(
+        isinstance(g, dict) and g.keys() == h.keys() and all(g[k] == h[k] for k in h if k != "lr")
+        and isinstance(g["lr"], float) and math.isfinite(g["lr"]) for g, h in zip(groups, fresh, strict=False)
+    ):  # fmt: skip
+        return "its optimizer's groups are not this training's"
+    counters = ("last_epoch", "_step_count", "_last_lr")
+    state, fresh = meta.get("scheduler"), json.loads(json.dumps(sched.state_dict()))
+    if not isinstance(state, dict) or state.keys() != fresh.keys() or state["last_epoch"] != step:
+        return f"its scheduler is not at step {step}"
+    last = state["_last_lr"]
+    rates = isinstance(last, list) and len(last) == len(fresh["_last_lr"]) and all(type(x) is float for x in last)
+    if any(state[k] != fresh[k] for k in fresh if k not in counters) or state["_step_count"] != step + 1 or not rates:
+        return f"its scheduler is not at step {step}"
+    return None
+
+
+def checkpoint_header(path: Path) -> dict:
+    """A checkpoint's JSON header (step, config, seeds; save_checkpoint's `meta`) without reading its tensors: what
+    `loopscope list` shows of a training killed midway. ValueError (what is wrong) where the file is not a readable
+    checkpoint or its header not one save_checkpoint writes (a config RunConfig reads, seeds, a step within its
+    training)."""
     try:
         with safe_open(str(path), framework="pt") as f:
-            meta = json.loads(f.metadata()["loopscope"])
-        return meta if isinstance(meta, dict) and isinstance(meta.get("step"), int) else None
-    except Exception:
-        return None
+            meta = json.loads((f.metadata() or {})["loopscope"])
+    except Exception as e:  # safetensors' errors for a file that is not one, JSON's, a missing header
+        raise ValueError(f"not a readable checkpoint ({type(e).__name__})") from None
+    if not isinstance(meta, dict):
+        raise ValueError("its header is not a JSON object")
+    try:
+        total = RunConfig.from_dict(meta.get("config")).train.steps
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"its config cannot be read ({str(e)[:80]})") from None
+    seeds, step = meta.get("seeds"), meta.get("step")
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        raise ValueError("its seeds are not a list of seeds")
+    if type(step) is not int or not 0 <= step <= total:
+        raise ValueError(f"its step is not one of 0..{total}")
+    return meta
 
 
 def train_group(
@@ -334,6 +417,8 @@ def train_group(
     from engine.core.memory import GIB, check_fits
 
     device = resolve_device(device)
+    if device == "cuda":
+        gpu_determinism()
     est = check_fits(cfg, len(seeds), device, checkpoint_path is not None and checkpoint_every > 0)
     if progress:
         print(f"loopscope: {est.sentence(device)}.", file=sys.stderr)

@@ -226,27 +226,37 @@ def extend_eval(
     device: str = "cpu",
     progress: bool = True,
     needed: Callable[[pd.DataFrame], bool] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """Evaluate cached runs at more loop counts (or in the other boundary mode) from their weights, one run
-    at a time under its lock. With `needed`, a run whose stored rows do not need it is skipped."""
-    out = []
+    at a time under its lock. With `needed`, a run whose stored rows do not need it is skipped; on_step(difficulties
+    done, of all runs' difficulties) is called after each (a background job's progress)."""
+    out, done = [], 0
     for key in keys:
         with store.lock(f"run-{key}", f"changing run {key}"):
             if needed is not None and not needed(store.load_rows(key)):
                 continue
             model, cfg, seeds = load_models(store, [key])
             mode = boundary or cfg.model.boundary
-            raw = evaluate(model.to(device), cfg.task, max(loops), mode, loops=loops, progress=progress)
-            rows = label_rows(raw, cfg, seeds, experiment, mode)
+            parts, each = [], cfg.task.eval_difficulties  # one difficulty at a time: the same rows, with progress
+            for d in each:
+                parts.append(evaluate(model.to(device), cfg.task, max(loops), mode, loops, (d,), progress=progress))
+                done += 1
+                if on_step is not None:
+                    on_step(done, len(keys) * len(each))
+            rows = label_rows(pd.concat(parts, ignore_index=True), cfg, seeds, experiment, mode)
             store.add_rows(key, rows)
             out.append(rows)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=ROW_COLUMNS)
 
 
-def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
-    """Add a run's new rows to every experiment table that holds the run, so the figures show them."""
+def merge_into_tables(store: Store, rows: pd.DataFrame, published: Path | None = None) -> list[str]:
+    """Add a run's new rows to the experiment tables of store that hold the run, so the figures show them; return
+    their names. With `published` (a background job in the workbench: engine.runtime.jobs), the tables that hold the
+    run are published's, which are only read: store gets a table of the same name holding that table's rows of the
+    run (and of the runs added before), the new rows on top; the published table is left as it is."""
     written = []
-    for path in sorted(store.root.glob("e*-*.parquet")):
+    for path in sorted(Path(published or store.root).glob("e*-*.parquet")):
         try:
             table = pd.read_parquet(path)
         except Exception:  # a damaged table is the dashboard's to report and a rerun's to rewrite
@@ -258,8 +268,13 @@ def merge_into_tables(store: Store, rows: pd.DataFrame) -> list[str]:
         new = rows.assign(experiment=table["experiment"].iloc[0])
         extra = [c for c in table.columns if c not in new.columns]  # E5's per-run columns (train_loops, params...)
         new = new.join(table.drop_duplicates("run_key").set_index("run_key")[extra], on="run_key") if extra else new
+        target = store.root / path.name
+        if published is not None:  # the store's own table (if any), then the published rows of these runs
+            own = [pd.read_parquet(target)] if target.is_file() else []
+            theirs = table[table["run_key"].isin(rows["run_key"])]
+            table = pd.concat([*own, theirs], ignore_index=True).drop_duplicates(ROW_KEY, keep="first")
         merged = pd.concat([table, new], ignore_index=True).drop_duplicates(ROW_KEY, keep="last")
-        atomic_write(path, parquet_bytes(merged.reset_index(drop=True)))
+        atomic_write(target, parquet_bytes(merged.reset_index(drop=True)))
         written.append(path.name)
     return written
 
@@ -356,15 +371,18 @@ def check_recipe_adopted(store: Store, preset_name: str, keys: Iterable[str] | N
     all stored: nothing to refuse); None (`cpu_ladder rungs`): refused whatever is stored. The probe's own seeds
     train through e5.ensure."""
     from engine.core.presets import CPU_LADDER_RECIPE
+    from engine.studies import STUDIES
 
-    if preset_name != "cpu-ladder" or keys is not None and all(store.status(k) == "ok" for k in keys):
+    probed = preset_name in STUDIES and STUDIES[preset_name].recipe_probe
+    if not probed or keys is not None and all(store.status(k) == "ok" for k in keys):
         return
     path = store.root / RECIPE_PROBE_FILE
     try:
         adopted = json.loads(path.read_text()).get("adopted") if path.is_file() else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # not a record (nested too deep included): none
         adopted = None
     if adopted != CPU_LADDER_RECIPE:
+        adopted = adopted[:40] if isinstance(adopted, str) else None  # a record's word, of its type, bounded
         raise UsageError(
             f"the recipe probe has {'adopted ' + adopted if adopted else 'not adopted a recipe'} and the cpu-ladder "
             f"preset trains {CPU_LADDER_RECIPE}; run the probe first (python -m engine.runtime.cpu_ladder probe), "

@@ -7,8 +7,10 @@ E2, E3 and E4 each judge their table here through their own `claims(rows, preset
 Levels: (i) `held-out mean`, each seed's accuracy averaged over the held-out in-range difficulties; (ii) each
 held-out in-range difficulty; (iii) the hardest held-out in-range difficulty. Analyses: the paper's
 (Cliff's delta and Mann-Whitney p per n, unpaired, uncorrected) and the paired one (per-seed differences,
-Wilcoxon signed-rank, Holm across n within each side of T). Pure functions: rows in, tables and claims out.
-No torch here: the dashboard's pages import this module.
+Wilcoxon signed-rank, Holm across n within each side of T). Both judge only the n where every paired seed (a seed
+with both members of the comparison: E2's two modes, E4's looped model and its stacked twin) has both (complete_n;
+e4_table): a seed evaluated further than the others (`loopscope eval`) never tips a rule by where its twin is missing.
+Pure functions: rows in, tables and claims out. No torch here: the dashboard's pages import this module.
 """
 
 from __future__ import annotations
@@ -130,10 +132,26 @@ def levels(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([mean, each, hardest.assign(level=HARDEST)], ignore_index=True)[[*keys, "level", "value"]]
 
 
+def complete_n(values: pd.DataFrame, by: list[str], col: str, a: str, b: str, x: str = "eval_loops") -> pd.DataFrame:
+    """The values of a and b (column col; one per seed, group of `by` and x), kept at the x where every paired seed
+    of their group (one with values of both a and b) has both: an x where one of them lacks either is dropped whole,
+    so a paired rule reads the same seeds at every x it judges."""
+    pick = values[values[col].isin([a, b])]
+    arms = pick.groupby([*by, "seed"])[col].nunique()
+    paired = arms[arms == 2].reset_index()[[*by, "seed"]]
+    per_x = pick.groupby([*by, x, "seed"])[col].nunique()
+    have = per_x[per_x == 2].reset_index().merge(paired, on=[*by, "seed"]).groupby([*by, x])["seed"].nunique()
+    need = paired.groupby(by)["seed"].nunique().reindex(have.index.droplevel(x))
+    full = have[have.to_numpy() == need.to_numpy()]
+    return pick.merge(full.index.to_frame(index=False), on=[*by, x])
+
+
 def paired_modes(rows: pd.DataFrame, a: str = "none", b: str = "norm") -> pd.DataFrame:
-    """Per task, level and n: both analyses of mode a against mode b (stats.paired_summary on accuracy)."""
+    """Per task, level and n: both analyses of mode a against mode b (stats.paired_summary on accuracy), at the n
+    where every paired seed has both modes (complete_n)."""
     acc = levels(rows)
     acc = acc[(acc["metric"] == "accuracy") & (acc["arch"] == "looped")]
+    acc = complete_n(acc, ["task", "level"], "boundary", a, b)
     return stats.paired_summary(acc, ["task", "level", "eval_loops"], "boundary", a, b)
 
 
@@ -376,7 +394,8 @@ def _compare(looped: pd.Series, stacked: pd.Series) -> dict:
 
 def e4_table(rows: pd.DataFrame, mode: str = "norm") -> pd.DataFrame:
     """Looped minus stacked per task, level and comparison: at equal n = 2..3T (`equal`), and at matched
-    overshoot n/T = o (looped at n = T*o, stacked at n = o: `matched`). Holm within each family."""
+    overshoot n/T = o (looped at n = T*o, stacked at n = o: `matched`), each only where every paired seed (one with
+    a looped model and its stacked twin) has both. Holm within each family."""
     lv = levels(rows)
     acc = lv[lv["metric"] == "accuracy"]
     stacked_mode = "norm" if mode == "norm" else "norm->none"  # the stacked model trains once, with the norm
@@ -387,13 +406,15 @@ def e4_table(rows: pd.DataFrame, mode: str = "norm") -> pd.DataFrame:
         if looped.empty or stacked.empty:
             continue
         T = int(looped["trained_loops"].iloc[0])
-        at = lambda f, n: f[f["eval_loops"] == n].set_index("seed")["value"]  # noqa: E731
-        for n in range(2, int(looped["eval_loops"].max()) + 1):
-            pair = _compare(at(looped, n), at(stacked, n))
-            out.append(dict(task=task, level=level, T=T, family="equal", x=n, **pair))
-        for o in MATCHED:
-            pair = _compare(at(looped, T * o), at(stacked, o))
-            out.append(dict(task=task, level=level, T=T, family="matched", x=o, **pair))
+        at = lambda f, n: f[f["eval_loops"] == n].set_index("seed")["value"].dropna()  # noqa: E731
+        paired = set(looped["seed"]) & set(stacked["seed"])
+        for family, x, n_looped, n_stacked in [
+            *(("equal", n, n, n) for n in range(2, int(looped["eval_loops"].max()) + 1)),
+            *(("matched", o, T * o, o) for o in MATCHED),
+        ]:
+            a, b = at(looped, n_looped), at(stacked, n_stacked)
+            if paired <= set(a.index) & set(b.index):  # else a paired seed lacks a member here: not judged
+                out.append(dict(task=task, level=level, T=T, family=family, x=x, **_compare(a, b)))
     table = pd.DataFrame(out)
     if table.empty:
         return table

@@ -23,7 +23,7 @@ from engine.core import tasks
 from engine.core.flops import eval_flops, train_step_flops, training_flops
 from engine.core.model import build
 from engine.core.presets import RunConfig, cpu, paper, preset
-from engine.core.train import member_losses, train_group
+from engine.core.train import CPU_BF16_FLAGS, cpu_flags, member_losses, train_group
 from engine.experiments import PAPER, e3
 from engine.experiments import refit as rf
 from engine.runtime.fanout import local_pool
@@ -531,6 +531,7 @@ PRECISION_SIZES = (
     ("1.6M", 256, 8, 704, 2, 4, 2),
     ("paper", 512, 8, 1376, 6, 2, 1),
 )
+EMULATED_N = 512  # the bf16 matmul peak's size on a CPU without native bf16 (2,048 takes seconds a call there)
 
 
 def precision_step(
@@ -585,7 +586,6 @@ def interleaved(fns: dict[str, Callable[[], object]], repeat: int, trials: int) 
 
 def cpu_description() -> dict:
     """The CPU's model name, its bf16-relevant flags and the load while measuring (/proc; empty elsewhere)."""
-    from engine.core.train import CPU_BF16_FLAGS, cpu_flags
 
     name = ""
     try:
@@ -614,24 +614,30 @@ def run_precision(
     training takes it (attn_math_ratio: SDPA's flash kernel / its math backend; fused_adamw_ratio: foreach AdamW /
     fused; cast_cache_ratio: every weight cast at each use / once per step), with the CPU's flags and load. inductor
     (off by default: its compilations take minutes on 2 loaded cores): also the bf16 step with the decoder layers
-    through torch.compile, inductor_ratio = eager time / compiled time, and each compilation's seconds."""
+    through torch.compile, inductor_ratio = eager time / compiled time, and each compilation's seconds. On a CPU
+    without native bf16 (emulated: 40-200x slower than fp32, issue 59) only the first size is measured, fp32 and
+    bf16 once each at its quick seeds, and `skipped` says so in one sentence."""
     started = time.perf_counter()
     out: dict = cpu_description()
+    native = out["native_bf16"]
     n = 1024 if quick else 2048
     out["fp32_peak_gflops"] = matmul_peak(n, 3, trials=2) / 1e9
-    out["bf16_peak_gflops"] = matmul_peak(n, 3, dtype=torch.bfloat16, trials=2) / 1e9
+    out["bf16_peak_gflops"] = matmul_peak(n if native else EMULATED_N, 3, dtype=torch.bfloat16, trials=2) / 1e9
+    skipped = [s[0] for s in sizes[1:]]
+    if not native:
+        quick, sizes, steps, trials, inductor = True, sizes[:1], 1, 1, False
     base, out["sizes"] = cpu("parity"), {}
     for name, d, heads, ff, layers, seeds, quick_seeds in sizes:
         model = replace(base.model, d_model=d, n_heads=heads, d_ff=ff, layers_per_block=layers)
         run = replace(base, model=model)
         seeds = quick_seeds if quick else seeds
-        sides = {
-            "fp32": precision_step(run, seeds, "fp32"),
-            "bf16": precision_step(run, seeds, "bf16"),
-            "bf16_flash_attention": precision_step(run, seeds, "bf16", math_attention=False),
-            "bf16_foreach_adamw": precision_step(run, seeds, "bf16", fused_adamw=False),
-            "bf16_uncached_casts": precision_step(run, seeds, "bf16", cast_cache=False),
-        }
+        sides = {"fp32": precision_step(run, seeds, "fp32"), "bf16": precision_step(run, seeds, "bf16")}
+        if native:
+            sides |= {
+                "bf16_flash_attention": precision_step(run, seeds, "bf16", math_attention=False),
+                "bf16_foreach_adamw": precision_step(run, seeds, "bf16", fused_adamw=False),
+                "bf16_uncached_casts": precision_step(run, seeds, "bf16", cast_cache=False),
+            }
         if inductor:
             sides["bf16_inductor"] = precision_step(run, seeds, "bf16", inductor=True)
         flops = sides["fp32"][1]
@@ -652,13 +658,23 @@ def run_precision(
             "bf16_gflops": flops / t["bf16"] / 1e9,
             "fp32_share_of_fp32_peak": flops / t["fp32"] / 1e9 / out["fp32_peak_gflops"],
             "bf16_share_of_bf16_peak": flops / t["bf16"] / 1e9 / out["bf16_peak_gflops"],
-            "attn_math_ratio": t["bf16_flash_attention"] / t["bf16"],
-            "fused_adamw_ratio": t["bf16_foreach_adamw"] / t["bf16"],
-            "cast_cache_ratio": t["bf16_uncached_casts"] / t["bf16"],
             "loadavg": cpu_description()["loadavg"],
         }
+        if native:
+            out["sizes"][name] |= {
+                "attn_math_ratio": t["bf16_flash_attention"] / t["bf16"],
+                "fused_adamw_ratio": t["bf16_foreach_adamw"] / t["bf16"],
+                "cast_cache_ratio": t["bf16_uncached_casts"] / t["bf16"],
+            }
         if inductor:
             out["sizes"][name] |= {"inductor_ratio": t["bf16"] / t["bf16_inductor"], "inductor_first_call_s": compile_s}
+    if not native:
+        name, first = next(iter(out["sizes"].items()))
+        out["skipped"] = (
+            f"this CPU has no native bf16 ({' or '.join(CPU_BF16_FLAGS)} is not among its flags), so bf16 is "
+            f"emulated, {first['ratio']:.2f}x fp32's speed at the {name} size; skipped: {', '.join(skipped) or 'none'} "
+            "(emulated bf16 ran them for over 20 minutes) and the bf16 levers; `--precision auto` trains fp32 here"
+        )
     out["wall_s"] = time.perf_counter() - started
     return out
 
@@ -700,13 +716,17 @@ def format_precision_report(result: dict) -> str:
     if "wall_s" in result:
         lines[0] += f"; the section took {result['wall_s']:.0f} s"
     for name, r in result["sizes"].items():
+        levers = (
+            f"; levers: math attention {r['attn_math_ratio']:.2f}x, fused AdamW {r['fused_adamw_ratio']:.2f}x, weights "
+            f"cast once per step {r['cast_cache_ratio']:.2f}x"
+            if "attn_math_ratio" in r
+            else ""
+        )
         lines.append(
             f"{name} ({r['params']:,} parameters, {r['seeds']} seeds): fp32 {r['fp32_step_s'] * 1e3:.0f} ms/step "
             f"({r['fp32_gflops']:.1f} GFLOP/s, {r['fp32_share_of_fp32_peak']:.0%} of fp32 peak), bf16 "
             f"{r['bf16_step_s'] * 1e3:.0f} ms/step ({r['bf16_gflops']:.1f} GFLOP/s, "
-            f"{r['bf16_share_of_bf16_peak']:.0%} of bf16 peak): ratio {r['ratio']:.2f}x; levers: math attention "
-            f"{r['attn_math_ratio']:.2f}x, fused AdamW {r['fused_adamw_ratio']:.2f}x, weights cast once per step "
-            f"{r['cast_cache_ratio']:.2f}x"
+            f"{r['bf16_share_of_bf16_peak']:.0%} of bf16 peak): ratio {r['ratio']:.2f}x{levers}"
             + (
                 f", Inductor {r['inductor_ratio']:.2f}x (first call {r['inductor_first_call_s']:.0f} s)"
                 if "inductor_ratio" in r
@@ -714,6 +734,8 @@ def format_precision_report(result: dict) -> str:
             )  # fmt: skip
             + f"; load {r['loadavg']}"
         )
+    if "skipped" in result:
+        lines.append(result["skipped"])
     return "\n".join(lines)
 
 

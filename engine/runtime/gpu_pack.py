@@ -5,8 +5,10 @@ commit) and the study's folder (runs, refits, tables, the chain search), with th
 machine dropped (weights_policy: the light repository's one seed per training group, and at most KEEP_MIB a
 run); a run that still needs them (gpu_study.unfinished) comes back with its rows, named in `still_needs`.
 merge() (`loopscope merge PACK`) checks every member, adds what is new, replaces a run the pack extends, refuses in
-one sentence a pack that is not of the study or that differs from what is here, and rebuilds the tables from the
-merged store.
+one sentence a pack that is not of the study (a run whose rows are another run's, or that its study does not train,
+included) or that differs from what is here, and rebuilds the tables from the merged store. The pack is unpacked in
+a scratch folder of the temporary folder (scratch), which a merge killed midway leaves behind and the next one
+removes.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import sys
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
-from engine.core.presets import OWN_FOLDER, study_root
+from engine.core.presets import GPU_RECIPES, OWN_FOLDER, RunConfig, cpu_ladder, study_root, tasks_of
 from engine.core.store import MODEL, Store, git_state, is_weights, stored_as, utc_now, weights_not_kept
 from engine.errors import NO_SPACE, UsageError
 from engine.inputs import check_run_folder, parse_json
@@ -229,6 +234,71 @@ def compare(mine: Store, theirs: Store, key: str) -> str:
     return "extends"
 
 
+@contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A folder of the temporary folder named `prefix` + this process's id, removed on the way out; what a process
+    killed inside one left (a folder of this prefix whose process is gone) goes first."""
+    base = Path(tempfile.gettempdir())
+    for stale in base.glob(f"{prefix}*"):
+        pid = stale.name[len(prefix) :].split("-")[0]
+        try:
+            mine = stale.is_dir() and not stale.is_symlink() and stale.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+class Study:
+    """What a study's folder may hold, to tell a pack's run that is the study's own from one that is not: the configs
+    its experiments train (E2's, E3's and E5's trainings at the preset; the `cpu-ladder` probe's candidates), compared
+    without train.precision (a study's runs share one, which the tables' writers check), and the runs of the pack and
+    of the folder here (a refit's run is one of them)."""
+
+    def __init__(self, preset_name: str, runs: set[str]):
+        from engine.experiments import e2, e3, e5
+
+        tasks = tasks_of(preset_name)
+        configs = [cfg for module in (e2, e3, e5) for cfg, _ in module.trainings(preset_name, tasks)]
+        configs += [cpu_ladder(recipe=name) for name in GPU_RECIPES] if preset_name == "cpu-ladder" else []
+        self.preset, self.runs = preset_name, runs
+        self.configs = {self._loose(cfg) for cfg in configs}
+
+    @staticmethod
+    def _loose(cfg: RunConfig) -> str:
+        return json.dumps(replace(cfg, train=replace(cfg.train, precision="fp32")).to_dict(), sort_keys=True)
+
+    def foreign(self, store: Store, key: str) -> str | None:
+        """None if run (or refit) `key` of `store` (checked by check_run_folder) is the study's own, else why not: its
+        rows are its own (every row's run key and seed are its manifest's), and a run's config is one the study
+        trains, a refit's run one of the pack's or of the folder here."""
+        what, m = f"{store.folder[:-1]} {key}", store.manifest(key)
+        rows = store.load_rows(key)
+        owner = key if store.folder == "runs" else m.get("run_key")
+        if set(rows["run_key"]) != {owner} or set(rows["seed"]) != {m.get("seed")}:
+            return f"{what}'s rows are another run's (their run key or seed is not its manifest's)"
+        if store.folder == "runs" and self._loose(RunConfig.from_dict(m["config"])) not in self.configs:
+            return f"{what} is not a run the {self.preset} study trains (its config is none of the study's)"
+        if store.folder != "runs" and owner not in self.runs:
+            return f"{what} refits a run that is neither in the pack nor in the {self.preset} study's folder here"
+        return None
+
+
 def merge(pack_path: Path, results: Path) -> dict:
     """Merge a pack into the study's folder under `results` (study_root), all or nothing: every run and refit of the
     pack is checked (engine.inputs.check_run_folder: its files, its key, its rows' schema) and compared with what is
@@ -238,15 +308,16 @@ def merge(pack_path: Path, results: Path) -> dict:
     chain search, and its tables are rebuilt from that store; it replaces the folder in one step (_swap_in). A kill
     or a full disk before that step leaves the folder as it was, after it as merged."""
     pack_path = Path(pack_path)
-    with tempfile.TemporaryDirectory(prefix="gpu-study-merge-") as tmp:
+    with scratch("gpu-study-merge-") as tmp:
         about = read_pack(pack_path, Path(tmp))
         p = about["preset"]
         staged, dest = Path(tmp) / OWN_FOLDER[p], study_root(results, p)
         plan, conflicts = [], []
+        ours = Study(p, {*Store(staged).run_keys(), *Store(dest).run_keys()})
         for folder in FOLDERS:
             theirs, mine = Store(staged, folder=folder), Store(dest, folder=folder)
             for key in theirs.run_keys():
-                wrong = check_run_folder(theirs, key)
+                wrong = check_run_folder(theirs, key) or ours.foreign(theirs, key)
                 if wrong:
                     raise _refuse(pack_path, f"holds a {folder[:-1]} that cannot be merged: {wrong}")
                 how = compare(mine, theirs, key)

@@ -13,23 +13,26 @@ Pieces, at the `gpu` preset (`gpu-smoke` runs the same on the CPU in seconds):
   norm      E2's 19M model norm-trained, 16 seeds as one group, and everything that needs its weights, in the same
             command: the surgery, the rescale surgery on seeds 0-3 (the ladder's 19M rung), E3's refits
   none      E2's 19M model trained without the norm, 16 seeds, and its evaluation
-  e3        E3's refits of the norm-trained group when the `norm` piece could not fit them: the group retrained
-            (runs.restore: bit-identical on the same GPU type, checked against the stored rows), then refit
+  e3        E3's refits of the norm-trained group when the `norm` piece could not fit them, once that group is
+            stored: the group trained again on this machine (no bet on retraining bit for bit), refit from those
+            weights, each refit's manifest naming the retraining and how many of its E2 values equal the stored ones
   chain-c1, chain-c2
             the retrieval-chain search, one candidate a command, as docs/gpu-study.md fixed them
 
 No new group (a training group, a refit group, a chain candidate) starts once `--budget` seconds have passed, nor
-one that the device's measured seconds per step (Rates: the session's calibration, or the last measured ones) say
-would end after `--limit`. What finished is stored (every write is atomic: a group killed midway leaves nothing).
-A run whose weights stay on the GPU machine comes back with its rows even when the study still needs its weights
-(unfinished(): the pack names what; the next piece that needs them retrains its group bit for bit first).
+one that its prediction (engine.runtime.gpu_rates: the session's calibration, or the last measured rates; the
+process's compilation charged to its first training) says would end after `--limit`. What finished is stored
+(every write is atomic: a group killed midway leaves nothing). A run whose weights stay on the GPU machine comes
+back with its rows even when the study still needs its weights (unfinished(): the pack names what).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -40,135 +43,26 @@ import pandas as pd
 from engine.core import flops, memory, tasks
 from engine.core.presets import OWN_FOLDER, RunConfig, TrainConfig, paper, preset, study_root, tasks_of
 from engine.core.store import Store, git_state, utc_now
+from engine.runtime.gpu_rates import Budget, Rates
 
 STUDY = "gpu-study"  # what a pack's gpu-study.json says it is
 PIECES = ("ladder", "norm", "none", "e3", "chain-c1", "chain-c2")
 LIMIT_S = 450  # the hard limit (dev/studies/gpu-study/gpu-study.sh's timeout): 7.5 of the GPU machine's 8 minutes
 BUDGET_S = 300  # no group starts after this
 CHAIN_RULE, CHAIN_SCORED, CHAIN_SEEDS = 0.90, (1, 2, 3, 4), (0, 1, 2, 3)
+# C1's "as many steps as fit": a probe of PROBE_STEPS steps measures the rate, then C1_SHARE of what is left after
+# C1_RESERVE_S (its evaluation and a margin) is trained, in whole quanta of C1_QUANTUM steps (at least one)
+PROBE_STEPS, C1_SHARE, C1_RESERVE_S, C1_QUANTUM = 40, 0.8, 90, 100
 
 
-# ---------------------------------------------------------------- the budget of one command
-
-
-# The H200's rates of 2026-12-04 (issue 29, dev/LOG.md; eager, bf16 autocast): 2.5% of its 783 TFLOP/s bf16 peak for
-# one `paper` seed at batch 256 and 11.5% for 16 at batch 256. The plan's default until a session measures its own:
-# a training step's rate interpolated between them in log(items a step) (the `gpu` preset's 16 seeds at batch 64 are
-# 1,024 items: 5.4%), a floor of seconds a step whatever the size (kernel launches: ~70 a layer and loop step, ~10 us
-# each), evaluation and refits at the rate of their items. Rates.measured replaces every figure by the device's own.
-H200_PEAK, H200_POINTS = 783e12, ((256, 0.025), (4096, 0.115))
-H200_LAUNCH_S = 10e-6
-
-
-def h200_rate(items: float) -> float:
-    """FLOP/s of the H200 of 2026-12-04 at `items` sequences a step (log-linear between its two measurements)."""
-    import math
-
-    (a, fa), (b, fb) = H200_POINTS
-    x = min(1.0, max(0.0, math.log(max(items, 1) / a) / math.log(b / a)))
-    return H200_PEAK * fa * (fb / fa) ** x
-
-
-@dataclass
-class Rates:
-    """Seconds a device takes: what every prediction of a piece reads (no FLOP rate carried from one size to another).
-    step_s: {members: seconds of one training step of the `gpu` preset's model at its batch}, measured at 4 and 16
-    members (a line in members between them); floor_s: the seconds of a step of a model too small to matter (the
-    launch-bound floor, per layer and loop step: a model of L layers at T loops costs at least L x T times this a
-    step); eval_s: one evaluation pass of one member (every
-    difficulty, n = 1..3T), batched members in proportion; refit_s: one refit step of head + last for the group of
-    16; compile_s: the compilation's one-off seconds (0 when eager). Other sizes scale by their FLOPs a step."""
-
-    source: str
-    step_s: dict
-    floor_s: float
-    eval_s: float
-    refit_s: float
-    compile_s: float = 0.0
-
-    @staticmethod
-    def h200(preset_name: str = "gpu") -> Rates:
-        """The H200 of 2026-12-04's, for `preset_name`'s model (module comment above)."""
-        ref = preset(preset_name, "parity", "norm")
-        per = flops.training_flops(ref, 1) / ref.train.steps  # one member's step, averaged over the schedule
-        b = ref.train.batch_size
-        floor = H200_LAUNCH_S * 70 * 3  # a layer at a loop step, forward and backward
-        calls = ref.model.layers_per_block * ref.model.trained_loops
-        step = {m: max(floor * calls, m * per / h200_rate(m * b)) for m in (4, 16)}
-        ev = flops.eval_flops(ref, 1) / h200_rate(16 * ref.task.eval_examples)  # a member of a group of 16, batched
-        return Rates("the H200 of 2026-12-04 (issue 29: 2.5% and 11.5% of the bf16 peak), not yet measured at the "
-                     "gpu preset", step, floor, ev, max(floor * calls, 16 * per / h200_rate(16 * b)))  # fmt: skip
-
-    @staticmethod
-    def load(path: Path | None, preset_name: str = "gpu") -> Rates:
-        """The rates a file holds (a session's calibration), else the H200's of 2026-12-04."""
-        if path is not None and Path(path).is_file():
-            d = json.loads(Path(path).read_text())
-            return Rates(d["source"], {int(k): float(v) for k, v in d["step_s"].items()}, float(d["floor_s"]),
-                         float(d["eval_s"]), float(d["refit_s"]), float(d.get("compile_s", 0.0)))  # fmt: skip
-        return Rates.h200(preset_name)
-
-    def to_dict(self) -> dict:
-        return dict(source=self.source, step_s={str(k): v for k, v in self.step_s.items()}, floor_s=self.floor_s,
-                    eval_s=self.eval_s, refit_s=self.refit_s, compile_s=self.compile_s)  # fmt: skip
-
-    def step(self, members: int) -> float:
-        """Seconds of one step of the reference model for `members` members (linear through the measured points)."""
-        (m0, s0), (m1, s1) = sorted(self.step_s.items())[0], sorted(self.step_s.items())[-1]
-        slope = (s1 - s0) / (m1 - m0) if m1 != m0 else s1 / m1
-        return max(0.0, s0 + slope * (members - m0))
-
-    def floor(self, cfg: RunConfig) -> float:
-        return self.floor_s * cfg.model.layers_per_block * cfg.model.trained_loops
-
-    def train_s(self, cfg: RunConfig, members: int, ref: RunConfig, steps: int | None = None) -> float:
-        """Seconds of training `members` seeds of cfg: the reference's seconds a step scaled by FLOPs a step, never
-        under cfg's own floor a step."""
-        steps = steps or cfg.train.steps
-        scale = (flops.training_flops(cfg, 1, steps) / steps) / (flops.training_flops(ref, 1) / ref.train.steps)
-        return steps * max(self.floor(cfg), self.step(members) * scale)
-
-    def evals_s(self, cfg: RunConfig, members: int, passes: int, ref: RunConfig) -> float:
-        return passes * members * self.eval_s * flops.eval_flops(cfg, 1) / flops.eval_flops(ref, 1)
-
-    def refits_s(self, cfg: RunConfig, members: int, targets, schedule, ref: RunConfig) -> float:
-        """E3's refits: a head + last step at refit_s (16 members, scaled by members), the head alone a third of it,
-        and (2 + targets x checkpoints) evaluation passes of every member."""
-        steps = schedule[-1] * sum(1 / 3 if t == "head" else 1 for t in targets)
-        per = max(self.floor(cfg), self.refit_s * members / 16)
-        return steps * per + self.evals_s(cfg, members, 2 + len(targets) * (len(schedule) - 1), ref)
-
-
-@dataclass
-class Budget:
-    """How long a command may still start work: no group after `start_by` seconds, nor one that its prediction
-    (seconds from Rates) says would end after `limit`."""
-
-    start_by: float
-    limit: float
-    t0: float = field(default_factory=time.monotonic)
-    flops_done: float = 0.0
-    busy_s: float = 0.0
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-    def rate(self) -> float | None:
-        return self.flops_done / self.busy_s if self.busy_s > 0 else None
-
-    def refusal(self, seconds: float) -> str | None:
-        """None if a group predicted to take `seconds` may start now, else why not (one sentence)."""
-        now = self.elapsed()
-        if now > self.start_by:
-            return f"not started: the budget of {self.start_by:.0f} s is spent ({now:.0f} s elapsed)"
-        if now + seconds > self.limit:
-            return (f"not started: predicted {seconds:.0f} s from the seconds a step measured, it would end at about "
-                    f"{now + seconds:.0f} s, after the command's limit of {self.limit:.0f} s")  # fmt: skip
-        return None
-
-    def spent(self, work_flops: float, seconds: float) -> None:
-        self.flops_done += work_flops
-        self.busy_s += seconds
+def process_age() -> float:
+    """Seconds since this process started (Linux's /proc; 0 elsewhere): a piece's budget counts its start-up, as the
+    session's timeout around it does."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def say(text: str) -> None:
@@ -187,6 +81,7 @@ class Piece:
     out: Path
     summary: dict = field(default_factory=dict)
     rates: Rates | None = None
+    compiled: bool = False  # whether a unit of this process has paid Rates.compile_s (once per process)
 
     def __post_init__(self):
         self.rates = self.rates or Rates.h200(self.preset)
@@ -197,12 +92,15 @@ class Piece:
         (self.out / f"{STUDY}-{self.name}.json").write_text(json.dumps(self.summary, indent=1, default=str))
 
     def unit(self, what: str, cfg: RunConfig, members: int, work_flops: float, needed: bool, work: Callable,
-             seconds: float = 0.0) -> bool:  # fmt: skip
+             seconds: float = 0.0, trains: bool = False) -> bool:  # fmt: skip
         """Run one group of work unless it is cached (`needed` False) or the budget refuses it (`seconds`: its
-        prediction from Rates); print its memory estimate, FLOPs and prediction first; record it in the summary.
-        Returns whether it is done (now or before)."""
+        prediction from Rates, plus the process's compile seconds if it `trains` and no unit has paid them yet);
+        print its memory estimate, FLOPs and prediction first; record it in the summary. Returns whether it is
+        done (now or before)."""
+        compile_s = self.rates.compile_s if trains and not self.compiled else 0.0
+        seconds += compile_s
         record = dict(what=what, params=cfg.model.n_params, members=members, pflop=round(work_flops / 1e15, 4),
-                      predicted_s=round(seconds, 1))  # fmt: skip
+                      predicted_s=round(seconds, 1), compile_s=round(compile_s, 1))  # fmt: skip
         self.summary.setdefault("units", []).append(record)
         if not needed:
             record["status"] = "cached"
@@ -227,7 +125,7 @@ class Piece:
             self.save()
             raise
         wall = time.monotonic() - t0
-        self.budget.spent(work_flops, wall)
+        self.compiled = self.compiled or trains
         record |= dict(status="done", wall_s=round(wall, 1), tflops_per_s=round(work_flops / wall / 1e12, 3))
         if seconds:
             record["wall_over_predicted"] = round(wall / seconds, 2)
@@ -302,10 +200,10 @@ def ladder_piece(piece: Piece) -> None:
         seeds = e5.seeds_for(p, cfg, range(e5.LADDER_SEEDS))
         work = flops.training_flops(cfg, len(seeds)) + eval_work(cfg, len(seeds), 3)
         r, ref = piece.rates, piece.ref  # each rung from seconds a step (its FLOPs, never under the launch floor)
-        seconds = r.train_s(cfg, len(seeds), ref) + r.evals_s(cfg, len(seeds), 3, ref)
+        seconds = r.trained_s(cfg, len(seeds), ref, surgery=True) + r.rescale_s(cfg, len(seeds), ref)
         what = f"ladder rung of {cfg.model.n_params:,} parameters, seeds {seeds[0]}-{seeds[-1]}"
         compute = lambda cfg=cfg, seeds=seeds: e5.ensure(p, cfg, "e5", seeds, piece.store, piece.device, False)  # noqa: E731
-        piece.unit(what, cfg, len(seeds), work, needs(piece.store, cfg, seeds, p), compute, seconds)
+        piece.unit(what, cfg, len(seeds), work, needs(piece.store, cfg, seeds, p), compute, seconds, trains=True)
 
 
 def weightless(store: Store, keys: list[str]) -> list[str]:
@@ -323,12 +221,11 @@ def regain_weights(piece: Piece, cfg: RunConfig, seeds: list[int], why: str) -> 
     keys = [cfg.run_key(s) for s in seeds]
     if not weightless(piece.store, keys):
         return True
-    r = piece.rates
     outcome: dict = {}
     done = piece.unit(f"E2 {cfg.model.boundary}-trained, seeds {seeds[0]}-{seeds[-1]}, retrained for {why}", cfg,
                       len(seeds), flops.training_flops(cfg, len(seeds)), True,
                       lambda: outcome.update(restore(piece.store, keys, piece.device, False)),
-                      r.train_s(cfg, len(seeds), piece.ref) + r.compile_s)  # fmt: skip
+                      piece.rates.trained_s(cfg, len(seeds), piece.ref), trains=True)  # fmt: skip
     if outcome:
         piece.summary.setdefault("restored", {}).update(outcome)
         piece.save()
@@ -344,18 +241,18 @@ def mode_piece(piece: Piece, boundary: str) -> None:
     p, store, device, r = piece.preset, piece.store, piece.device, piece.rates
     cfg = preset(p, "parity", boundary)
     seeds = cfg.group(0)
-    passes = 2 if boundary == "norm" else 1
-    work = flops.training_flops(cfg, len(seeds)) + eval_work(cfg, len(seeds), passes)
-    seconds = r.train_s(cfg, len(seeds), piece.ref) + r.evals_s(cfg, len(seeds), passes, piece.ref) + r.compile_s
+    surgery = boundary == "norm"
+    work = flops.training_flops(cfg, len(seeds)) + eval_work(cfg, len(seeds), 1 + surgery)
 
     def train() -> None:
         keys = ensure_runs(cfg, seeds, store, "e2", device, progress=False)
-        if boundary == "norm":
+        if surgery:
             ensure_surgery(store, keys, cfg.max_eval_loops, "e2", device, False)
 
     what = f"E2 {boundary}-trained, seeds {seeds[0]}-{seeds[-1]}"
-    trained = piece.unit(what, cfg, len(seeds), work, needs(store, cfg, seeds, p, ["surgery"]), train, seconds)
-    if boundary == "none" or not trained:
+    trained = piece.unit(what, cfg, len(seeds), work, needs(store, cfg, seeds, p, ["surgery"]), train,
+                         r.trained_s(cfg, len(seeds), piece.ref, surgery), trains=True)  # fmt: skip
+    if not surgery or not trained:
         return
     ladder = e5.seeds_for(p, cfg, seeds)
     if needs(store, cfg, ladder, p, ["rescale"]) and not regain_weights(piece, cfg, seeds, "the rescale surgery"):
@@ -363,12 +260,13 @@ def mode_piece(piece: Piece, boundary: str) -> None:
     piece.unit(f"the rescale surgery on seeds {ladder[0]}-{ladder[-1]} (the ladder's rung)", cfg, len(ladder),
                eval_work(cfg, len(ladder), 2), needs(store, cfg, ladder, p, ["rescale"]),
                lambda: e5.ensure(p, cfg, "e2", ladder, store, device, False),
-               r.evals_s(cfg, len(ladder), 3, piece.ref))  # fmt: skip
+               r.rescale_s(cfg, len(ladder), piece.ref))  # fmt: skip
     refit_piece(piece, cfg, seeds, retrain=False)
 
 
-def refit_piece(piece: Piece, cfg: RunConfig, seeds: list[int], retrain: bool = True) -> None:
-    """E3's refits of the norm-trained group (retrained first where its weights stayed on an earlier machine)."""
+def refit_piece(piece: Piece, cfg: RunConfig, seeds: list[int], retrain: bool) -> None:
+    """E3's refits of the norm-trained group. Where its weights stayed on an earlier machine, the group is trained
+    again here first (retrained_refits), or with `retrain` False the refits are left to the `e3` piece."""
     from engine.experiments import e3
 
     p, store, r = piece.preset, piece.store, piece.rates
@@ -376,25 +274,53 @@ def refit_piece(piece: Piece, cfg: RunConfig, seeds: list[int], retrain: bool = 
     keys = [cfg.run_key(s) for s in seeds]
     missing = bool(e3.missing_refits(keys, refit, store))
     seconds = r.refits_s(cfg, len(seeds), refit.targets, refit.schedule, piece.ref)
+    what = f"E3's refits ({', '.join(refit.targets)}; {refit.schedule[-1]} steps)"
+    work = flops.refit_flops(cfg, refit.targets, refit.schedule, len(seeds))
     if missing and weightless(store, keys):
         if not retrain:
             piece.summary.setdefault("units", []).append(dict(what="E3's refits", status="left to the e3 piece"))
             piece.save()
             return
-        left = piece.budget.limit - piece.budget.elapsed()
-        need = r.train_s(cfg, len(seeds), piece.ref) + r.compile_s + seconds
-        if need > left:  # retraining only to be cut off before the refits: refuse both now
-            record = dict(what="E3 (the group retrained, then its refits)", predicted_s=round(need, 1),
-                          status=f"not started: predicted {need:.0f} s, {left:.0f} s left of the command")  # fmt: skip
-            piece.summary.setdefault("units", []).append(record)
-            say(f"{record['what']}: {record['status']}")
-            piece.save()
-            return
-        if not regain_weights(piece, cfg, seeds, "E3's refits"):
-            return
-    piece.unit(f"E3's refits ({', '.join(refit.targets)}; {refit.schedule[-1]} steps)", cfg, len(seeds),
-               flops.refit_flops(cfg, refit.targets, refit.schedule, len(seeds)), missing,
-               lambda: e3.refit_runs(cfg, seeds, store, refit, piece.device, False), seconds)  # fmt: skip
+        piece.unit(f"E2 norm-trained, seeds {seeds[0]}-{seeds[-1]}, trained again on this machine, then {what}", cfg,
+                   len(seeds), flops.training_flops(cfg, len(seeds)) + eval_work(cfg, len(seeds), 1) + work, True,
+                   lambda: retrained_refits(piece, cfg, seeds), r.trained_s(cfg, len(seeds), piece.ref) + seconds,
+                   trains=True)  # fmt: skip
+        return
+    piece.unit(what, cfg, len(seeds), work, missing, lambda: e3.refit_runs(cfg, seeds, store, refit, piece.device,
+                                                                           False), seconds)  # fmt: skip
+
+
+def retrained_refits(piece: Piece, cfg: RunConfig, seeds: list[int]) -> None:
+    """E3 without a bet on retraining bit for bit: the group, whose weights stayed on an earlier machine, trained and
+    evaluated again into a scratch store, refit from those weights, and the refits stored here. Each refit's rows
+    measure recovery against the model that was refit (their `original` and `removed` accuracies are the retrained
+    group's own), and its manifest names that (`retrained_group`: how many of the retrained group's E2 values equal
+    the stored run's); the stored runs are left as they are."""
+    from engine.core.store import ROW_KEY, ROWS
+    from engine.experiments import e3
+    from engine.experiments.runs import ensure_runs, refit_store
+
+    refit, keys = e3.refit_config(piece.preset), [cfg.run_key(s) for s in seeds]
+    here = refit_store(piece.store)
+    with tempfile.TemporaryDirectory(prefix="gpu-study-e3-") as tmp:
+        scratch = Store(Path(tmp))
+        ensure_runs(cfg, seeds, scratch, "e2", piece.device, progress=False)
+        e3.refit_and_store(scratch, keys, refit, piece.device, progress=False)
+        made = refit_store(scratch)
+        for key in keys:
+            on = [c for c in ROW_KEY if c != "experiment"]
+            both = scratch.load_rows(key).merge(piece.store.load_rows(key), on=on, how="left", suffixes=("", "_stored"))
+            equal = int((both["value"] == both["value_stored"]).sum())
+            sentence = (f"refit from the norm-trained group trained again on {piece.device} by the e3 piece (the "
+                        f"stored run's weights stayed on an earlier GPU machine): {equal} of {len(both)} of its E2 "
+                        "values equal the stored run's; recovery is measured against the model refit")  # fmt: skip
+            rk = e3.refit_key(key, refit)
+            manifest = {k: v for k, v in made.manifest(rk).items() if k != "files"}
+            manifest["retrained_group"] = dict(sentence=sentence, e2_values_equal=equal, e2_values=len(both),
+                                               bit_for_bit=equal == len(both))  # fmt: skip
+            here.commit(rk, manifest, {role: made.read(rk, role) for role in (e3.STATE, ROWS)})
+            piece.summary.setdefault("retrained", {})[key] = sentence
+    piece.save()
 
 
 def e3_piece(piece: Piece) -> None:
@@ -428,26 +354,23 @@ def chain_candidates(preset_name: str, c1_steps: int) -> dict[str, RunConfig]:
     }  # fmt: skip
 
 
-def steps_that_fit(cfg: RunConfig, seconds: float, device: str, quantum: int, most: int) -> tuple[int, dict]:
-    """C1's "as many steps as fit": a short training measures this device's FLOP rate on the candidate (its first
-    10 steps, compilation included, left out), and the steps whose FLOPs fit `seconds` at that rate are taken,
-    rounded down to `quantum`, at least one quantum and at most `most`."""
+def probe_rate(cfg: RunConfig, device: str) -> dict:
+    """C1's rate, for "as many steps as fit": a training of PROBE_STEPS steps on the candidate, its first 10
+    (compilation included) left out, scaled to the candidate's own difficulty mix (the same sequences)."""
     from engine.core.train import train_group
 
-    probe_steps, stamps = 40, []
+    probe_steps, stamps = PROBE_STEPS, []
     probe = replace(cfg, train=replace(cfg.train, steps=probe_steps, warmup_steps=5))
     t0 = time.monotonic()
     train_group(probe, list(CHAIN_SEEDS), device, progress=False, on_step=lambda *_: stamps.append(time.monotonic()))
     schedule = tasks.difficulty_schedule(probe.task, probe_steps)
     members = len(CHAIN_SEEDS)
     step_flops = [members * flops.train_step_flops(probe, flops.seq_len(probe.task, d)) for d in schedule]
-    per_probe_step = (stamps[-1] - stamps[9]) / (len(stamps) - 10)  # seconds a step measured, scaled by the
-    per_step = per_probe_step * (flops.training_flops(cfg, members, 1000) / 1000) / (sum(step_flops[10:]) / 30)
-    steps = int(seconds / per_step) // quantum * quantum  # candidate's own difficulty mix (the same sequences)
-    steps = max(quantum, min(most, steps))
-    return steps, dict(probe_s=round(time.monotonic() - t0, 1), seconds_a_step=round(per_step, 4),
-                       tflops_per_s=round(sum(step_flops[10:]) / (stamps[-1] - stamps[9]) / 1e12, 3),
-                       seconds_for_training=round(seconds, 1), steps=steps)  # fmt: skip
+    per_probe_step = (stamps[-1] - stamps[9]) / (len(stamps) - 10)
+    per_step = per_probe_step * (flops.training_flops(cfg, members, 1000) / 1000) / (sum(step_flops[10:]) / (
+        probe_steps - 10))  # fmt: skip
+    return dict(probe_s=round(time.monotonic() - t0, 1), seconds_a_step=per_step,
+                tflops_per_s=round(sum(step_flops[10:]) / (stamps[-1] - stamps[9]) / 1e12, 3))  # fmt: skip
 
 
 def chain_results(store: Store) -> dict[str, dict]:
@@ -476,12 +399,14 @@ def chain_piece(piece: Piece, candidate: str) -> None:
         piece.save()
         return
     c1_steps = 0
-    if candidate == "C1":  # as many steps as fit: what is left of the limit, less evaluation and a margin
-        draft = chain_candidates(piece.preset, 100)["C1"]
-        left = piece.budget.limit - piece.budget.elapsed() - (10 if smoke else 90)
-        c1_steps, fit = steps_that_fit(draft, left * 0.8, piece.device, 10 if smoke else 100, 30 if smoke else 20_000)
-        summary["fit"] = fit
-        say(f"C1: {c1_steps} steps fit (probe: {fit})")
+    if candidate == "C1":  # as many steps as fit what the probe leaves of the limit, less evaluation and a margin
+        fit = probe_rate(chain_candidates(piece.preset, 100)["C1"], piece.device)
+        piece.compiled = True  # the probe compiled what the candidate's training runs
+        left = piece.budget.limit - piece.budget.elapsed() - (10 if smoke else C1_RESERVE_S)
+        quantum, most = (10, 30) if smoke else (C1_QUANTUM, 20_000)
+        c1_steps = max(quantum, min(most, int(left * C1_SHARE / fit["seconds_a_step"]) // quantum * quantum))
+        summary["fit"] = fit | dict(seconds_for_training=round(left * C1_SHARE, 1), steps=c1_steps)
+        say(f"C1: {c1_steps} steps fit (probe: {summary['fit']})")
     cfg = chain_candidates(piece.preset, c1_steps or 100)[candidate]  # C2's config does not read C1's steps
     work = flops.training_flops(cfg, len(CHAIN_SEEDS)) + eval_work(cfg, len(CHAIN_SEEDS), 1)
 
@@ -493,9 +418,13 @@ def chain_piece(piece: Piece, candidate: str) -> None:
         say(f"{candidate}: held-out accuracy at T over k = 1..4 {result['score']} (by k {result['acc_at_T_by_k']})")
 
     measured = summary.get("fit", {}).get("seconds_a_step") if candidate == "C1" else None
-    seconds = measured * cfg.train.steps if measured else piece.rates.train_s(cfg, len(CHAIN_SEEDS), piece.ref)
+    r, members = piece.rates, len(CHAIN_SEEDS)
+    if measured:  # its steps at the probe's rate, then its evaluation within the reserve its steps left
+        seconds = measured * cfg.train.steps + (10 if smoke else C1_RESERVE_S)
+    else:
+        seconds = r.train_s(cfg, members, piece.ref) + r.evals_s(cfg, members, 1, piece.ref)
     what = f"chain search {candidate} ({cfg.train.steps} steps)"
-    piece.unit(what, cfg, len(CHAIN_SEEDS), work, True, search, seconds)
+    piece.unit(what, cfg, members, work, True, search, seconds, trains=True)
     summary |= dict(results=chain_results(store), adopted=adopted(chain_results(store)))
     piece.save()
 
@@ -551,14 +480,16 @@ def reports(preset_name: str, store: Store) -> dict[str, str]:
 def run(name: str, preset_name: str, results: Path, device: str, budget: float, limit: float, out: Path,
         rates: Rates | None = None) -> int:  # fmt: skip
     """One piece on this machine: compute what is missing within the budget, write the tables and the summary."""
+    from engine.core.train import compile_wanted
     from engine.experiments.runs import Live, live
 
     store = Store(study_root(results, preset_name))
-    piece = Piece(name, preset_name, store, device, Budget(budget, limit), out, rates=rates)
+    piece = Piece(name, preset_name, store, device, Budget(budget, limit, time.monotonic() - process_age()), out,
+                  rates=rates)  # fmt: skip
     commit, dirty = git_state()
     piece.summary = dict(study=STUDY, piece=name, preset=preset_name, device=device, started=utc_now(),
                          git_commit=commit, git_dirty=dirty, budget_s=budget, limit_s=limit,
-                         rates=piece.rates.to_dict())  # fmt: skip
+                         compiled=compile_wanted(device), rates=piece.rates.to_dict())  # fmt: skip
     if device == "cuda":
         from engine.core.store import gpu_info
 

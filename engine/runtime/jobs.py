@@ -1,9 +1,15 @@
 """Background jobs: a session submits, a worker process runs, every session reads the progress.
 
-    <results>/jobs/<job_id>.json   spec, state, step / total, loss, the whole job's ETA, message (written atomically)
+    <results>/jobs/<job_id>.json   spec, state, step / total, loss, the whole job's ETA, start and end, message
+                                   (written atomically)
     <results>/jobs/<job_id>.log    the worker's output
     <results>/jobs/.lock           fcntl.flock'ed around every read-modify-write of a job file
-    <results>/jobs/ckpt/           training checkpoints; a resubmitted job resumes from them
+    <results>/workbench/           what every job computes: a store of its own (runs/, refits/, e*-<preset>.parquet
+                                   tables, locks/, jobs/ckpt/ for training checkpoints a resubmitted job resumes from)
+
+A job never writes into the results folder's published runs, tables or verdicts: it reads them, copies the runs it
+needs into the workbench (stage) and works there. Publishing into a study stays a command: `loopscope eval` on the
+run, then `loopscope run <experiment> --preset <study>` to rebuild the study's table (docs/hosting.md, "Live runs").
 
 A job's id hashes its spec, so identical specs share one job, across sessions and processes. A worker
 is its own process group (`python -m engine.runtime.jobs ROOT JOB_ID`), so it outlives Streamlit reruns and
@@ -19,6 +25,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +54,20 @@ from engine.runtime.settings import (  # noqa: F401  (what a deployment allows, 
 )
 
 ACTIVE, FINAL = ("queued", "running"), ("done", "failed", "cancelled")
+WORKBENCH = "workbench"  # the folder under the results folder that every job writes into
+
+
+def workbench(root: Path) -> Store:
+    """The store every job writes into, <root>/workbench/: runs, refits and tables of its own, beside the results
+    folder's published ones, which jobs only read."""
+    return Store(Path(root) / WORKBENCH)
+
+
+def holder(results: Store, key: str) -> Store:
+    """The store an evaluation job reads run `key` from: the workbench's copy where it has a valid one (earlier
+    evaluations added to it), else the results folder's own."""
+    bench = workbench(results.root)
+    return bench if bench.status(key) == "ok" else results
 
 
 @dataclass(frozen=True)
@@ -126,10 +147,12 @@ def check(spec: Spec, store: Store) -> None:
         seeds, steps, loops = spec.seeds, cfg.train.steps, cfg.max_eval_loops
     else:
         check_run_key(store.root, spec.run_key)
-        if store.status(spec.run_key) != "ok":
+        check_run_key(workbench(store.root).root, spec.run_key)
+        source = holder(store, spec.run_key)
+        if source.status(spec.run_key) != "ok":
             raise ValueError(f"run {spec.run_key} is not a valid cached run under {store.root}.")
-        if weights_not_kept(store.manifest(spec.run_key)) is not None:  # a state, said before any work
-            store.load_weights(spec.run_key)  # raises WeightsNotKept: its sentence says how to get them back
+        if weights_not_kept(source.manifest(spec.run_key)) is not None:  # a state, said before any work
+            source.load_weights(spec.run_key)  # raises WeightsNotKept: its sentence says how to get them back
         seeds, steps, loops = (), 0, spec.loops
     if isinstance(spec, TrainSpec | ExperimentSpec) and not seeds:
         raise ValueError("give at least one seed.")
@@ -173,6 +196,13 @@ class Job:
     updated: float = 0.0
     stage: str = ""  # "training 2 of 4" (Reporter)
     eta_covers: str = ""  # what eta_s counts: "training and evaluation", "evaluation", ... (Reporter)
+    unit: str = "step"  # what step / total count: a training's steps, an evaluation's difficulties (Reporter)
+    started: float | None = None  # when its worker started (time.time()), this launch
+    ended: float | None = None  # when it became done, failed or cancelled
+
+    def took_s(self) -> float | None:
+        """How long its last launch ran, for a job that ended; None otherwise."""
+        return self.ended - self.started if self.started is not None and self.ended is not None else None
 
     @property
     def active(self) -> bool:
@@ -330,7 +360,8 @@ def cancel(jid: str, root: Path, grace_s: float = 5.0) -> Job:
                 os.killpg(job.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _update(root, jid, state="cancelled", eta_s=None, message="cancelled; submit again to resume from its checkpoint.")
+    _update(root, jid, state="cancelled", eta_s=None, ended=time.time(),
+            message="cancelled; submit again to resume from its checkpoint.")  # fmt: skip
     return status(jid, root)
 
 
@@ -357,9 +388,10 @@ RUN_OVERHEAD_FLOPS = 2e9
 
 @dataclass(frozen=True)
 class Work:
-    """One piece of a job, in the order it runs: a training (`training`: the name it reports under,
-    engine.experiments.runs.train_and_store), an evaluation, or a refit, which report nothing; `units`: its model
-    FLOPs (engine.core.flops), a training step's fixed cost added."""
+    """One piece of a job, in the order it runs: a training, an evaluation or a refit; `training`: the name a piece
+    that reports its progress reports under (a training's: engine.experiments.runs.train_and_store's `what`; an
+    evaluation job's evaluation: describe(spec)), "" for the evaluations and refits of an experiment, which report
+    nothing; `units`: its model FLOPs (engine.core.flops), a training step's fixed cost added."""
 
     units: float
     kind: str  # training, evaluation or refits
@@ -429,7 +461,7 @@ def plan(spec: Spec, store: Store) -> list[Work]:
 
     if isinstance(spec, EvalSpec):
         cfg = RunConfig.from_dict(store.manifest(spec.run_key)["config"])
-        return [Work(eval_units(cfg, 1, spec.loops) + RUN_OVERHEAD_FLOPS, "evaluation")]
+        return [Work(eval_units(cfg, 1, spec.loops) + RUN_OVERHEAD_FLOPS, "evaluation", describe(spec))]
     if isinstance(spec, TrainSpec):
         units = [(spec.config, list(spec.seeds))]
     else:
@@ -467,7 +499,8 @@ def plan(spec: Spec, store: Store) -> list[Work]:
 
 def stored_rate(spec: Spec, store: Store) -> float | None:
     """Seconds a unit of work took on this device, as recorded by a stored run of the job (its manifest's training
-    and evaluation walls; an evaluation job: its run's evaluation alone), until the job measures its own."""
+    and evaluation walls; an evaluation job: its run's evaluation alone, or its training where the manifest predates
+    eval_wall_s, as every shipped `cpu` run does), until the job measures its own."""
     if isinstance(spec, EvalSpec):
         keys = [spec.run_key]
     else:
@@ -481,14 +514,30 @@ def stored_rate(spec: Spec, store: Store) -> float | None:
             if str(m.get("device", "")).split(" ")[0].split(":")[0] != device:
                 continue
             cfg, members = RunConfig.from_dict(m["config"]), len(m["group"])
+            units = training_units(cfg, members, cfg.train.steps - int(m.get("resumed_from_step", 0)))
+            if isinstance(spec, EvalSpec) and "eval_wall_s" not in m:
+                return float(m["wall_time_s"]) / units
             evaluation = eval_units(cfg, members), float(m["eval_wall_s"])
             if isinstance(spec, EvalSpec):
                 return evaluation[1] / evaluation[0]
-            units = training_units(cfg, members, cfg.train.steps - int(m.get("resumed_from_step", 0)))
             return (float(m["wall_time_s"]) + evaluation[1]) / (units + evaluation[0])
         except Exception:  # not stored, or from before eval_wall_s was recorded: the next one
             continue
     return None
+
+
+def restore_seconds(m: dict) -> float | None:
+    """What `loopscope restore` of a weightless run takes on the machine that made it: its group's training (all of
+    its steps, from the manifest's wall time) and evaluation (eval_wall_s, or, where the manifest predates it, its
+    units at the training's rate); None where the manifest does not say."""
+    try:
+        cfg, members = RunConfig.from_dict(m["config"]), len(m["group"])
+        done = cfg.train.steps - int(m.get("resumed_from_step", 0))
+        rate = float(m["wall_time_s"]) / training_units(cfg, members, done)
+        evaluation = float(m["eval_wall_s"]) if "eval_wall_s" in m else eval_units(cfg, members) * rate
+        return training_units(cfg, members) * rate + evaluation
+    except Exception:  # an older or damaged manifest: no estimate
+        return None
 
 
 def covers(work: list[Work]) -> str:
@@ -499,24 +548,37 @@ def covers(work: list[Work]) -> str:
 
 class Reporter:
     """Writes a job's progress to the job file at most twice a second, with the whole job's estimate: the units of
-    its plan not done yet, at the seconds a unit the job has taken since its first training step (evaluations
-    included once they have run), or a stored run's (stored_rate) until it has measured its own."""
+    its plan not done yet, at the rate of its steady state (rate), or a stored run's (stored_rate) until it has
+    measured its own."""
 
     def __init__(self, root: Path, jid: str, work: list[Work] | None = None, prior_s: float | None = None):
         self.root, self.jid, self.what, self.last = root, jid, "", 0.0
-        self.work, self.prior_s, self.at, self.start = list(work or []), prior_s, -1, None
+        self.work, self.prior_s, self.at = list(work or []), prior_s, -1
         self.units = sum(w.units for w in self.work)
-        self.trainings = [i for i, w in enumerate(self.work) if w.kind == "training"]
+        self.pieces = [i for i, w in enumerate(self.work) if w.training]  # the pieces that report their progress
+        self.trainings = [i for i in self.pieces if self.work[i].kind == "training"]
+        self.seen: list[tuple[float, float]] = []  # (time, units done) of every report written
 
     def begin(self) -> None:
         """The estimate before any step: the stored rate's, if any (a job without training reports nothing else)."""
         eta = self.units * self.prior_s if self.work and self.prior_s is not None else None
         _update(self.root, self.jid, eta_s=eta, eta_covers=covers(self.work) if self.work else "")
 
+    def rate(self, now: float, done: float) -> float | None:
+        """Seconds a unit in the job's steady state: over the later half of the time since its second report (the
+        first one's steps carry the warm-up: allocations, threads starting, a machine still busy with the page that
+        submitted it), so a slow start weighs less the longer the job runs, and the evaluations between trainings
+        count once they fall in that half; the stored rate until two reports apart."""
+        if len(self.seen) < 2:
+            return self.prior_s
+        since = (self.seen[1][0] + now) / 2
+        at, base = next(((t, d) for t, d in self.seen[1:] if t >= since), self.seen[1])
+        return (now - at) / (done - base) if done > base and now > at else self.prior_s
+
     def _advance(self, what: str) -> None:
-        """A new training started: the next one of the plan with its name (the ones before it, and their
-        evaluations, are done), else the next training of the plan."""
-        later = [i for i in self.trainings if i > self.at]
+        """A new piece reports: the next one of the plan with its name (the ones before it are done), else the
+        next piece of the plan that reports."""
+        later = [i for i in self.pieces if i > self.at]
         self.at = next((i for i in later if self.work[i].training == what), later[0] if later else self.at)
 
     def __call__(self, what: str, step: int, total: int, loss: float) -> None:
@@ -527,42 +589,96 @@ class Reporter:
         if now - self.last < 0.5 and step < total:
             return
         self.last = now
-        done = 0.0
-        if 0 <= self.at < len(self.work) and self.work[self.at].kind == "training":
-            share = min(step, total) / max(total, 1)  # of the training at hand
-            done = sum(w.units for w in self.work[: self.at]) + self.work[self.at].units * share
-            self.start = self.start or (now, done)  # the first report of a training (resumed: at step k)
-        rate = self.prior_s
-        if self.start is not None and done > self.start[1]:
-            rate = (now - self.start[0]) / (done - self.start[1])
+        done, piece = 0.0, self.work[self.at] if 0 <= self.at < len(self.work) else None
+        if piece is not None:
+            share = min(step, total) / max(total, 1)  # of the piece at hand
+            done = sum(w.units for w in self.work[: self.at]) + piece.units * share
+        rate = self.rate(now, done)
+        self.seen.append((now, done))
         eta = max(0.0, self.units - done) * rate if self.work and rate is not None else None
-        stage = f"training {self.trainings.index(self.at) + 1} of {len(self.trainings)}" if self.at >= 0 else ""
+        training = piece is not None and piece.kind == "training"
+        stage = f"training {self.trainings.index(self.at) + 1} of {len(self.trainings)}" if training else ""
         loss = loss if math.isfinite(loss) else None  # NaN is not JSON
         _update(self.root, self.jid, state="running", message=what, step=step, total=total, loss=loss, eta_s=eta,
-                stage=stage)  # fmt: skip
+                stage=stage, unit="step" if piece is None or training else "difficulty")  # fmt: skip
 
 
 # ---------------------------------------------------------------- the worker
 
 
-def execute(spec: Spec, store: Store, report) -> str:
-    """Run one spec in this process; return a sentence for the job's final message."""
+def needed_runs(spec: Spec) -> list[tuple[str, str]]:
+    """(folder, key) of what job spec reads if it is stored: the run an evaluation extends; the runs of a training's
+    or an experiment's whole groups (runs/) and E3's refits of them (refits/)."""
+    if isinstance(spec, EvalSpec):
+        return [("runs", spec.run_key)]
+    from engine.experiments import seeds_for
 
+    units = [(spec.config, list(spec.seeds))] if isinstance(spec, TrainSpec) else [
+        (cfg, seeds_for(spec.experiment, spec.preset, cfg, spec.seeds))
+        for cfg, _ in REGISTRY[spec.experiment].trainings(spec.preset, spec.tasks)]  # fmt: skip
+    keys = [cfg.run_key(s) for cfg, seeds in units for group in cfg.groups(seeds) for s in group]
+    found = [("runs", key) for key in keys]
+    if isinstance(spec, ExperimentSpec) and spec.experiment == "e3":
+        from engine.experiments import e3
+
+        found += [("refits", e3.refit_key(key, e3.refit_config(spec.preset))) for key in keys]
+    return list(dict.fromkeys(found))
+
+
+def copy_run(source: Store, bench: Store, key: str) -> bool:
+    """Copy run (or refit) `key` whole from source into bench where bench has no valid one and source has one inside
+    its folder (no symbolic link out of it); the copy is verified against its manifest, then put in place by one
+    rename, so a reader sees all of it or nothing. Returns whether it copied."""
+    inside = source.run_dir(key).resolve().is_relative_to(source.root.resolve())
+    if not inside or bench.status(key) == "ok" or source.status(key) != "ok":
+        return False
+    with bench.lock(f"run-{key}", f"copying run {key} into the workbench"):
+        if bench.status(key) == "ok":
+            return False
+        staged = Store(bench.root / ".staging" / str(os.getpid()), bench.folder)
+        shutil.rmtree(staged.root, ignore_errors=True)
+        try:
+            shutil.copytree(source.run_dir(key), staged.run_dir(key))
+            if staged.status(key) != "ok":
+                raise ValueError(f"run {key} changed while it was copied into the workbench; submit the job again.")
+            shutil.rmtree(bench.run_dir(key), ignore_errors=True)  # a damaged copy from before
+            bench.run_dir(key).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(staged.run_dir(key), bench.run_dir(key))
+        finally:
+            shutil.rmtree(staged.root, ignore_errors=True)
+    return True
+
+
+def stage(spec: Spec, results: Store) -> Store:
+    """The workbench (workbench()) holding what job spec reads of the results folder's own store (needed_runs),
+    copied (copy_run): the job then finds it cached and works on the copies. The results folder is only read."""
+    bench = workbench(results.root)
+    for folder, key in needed_runs(spec):
+        copy_run(Store(results.root, folder), Store(bench.root, folder), key)
+    return bench
+
+
+def execute(spec: Spec, results: Store, report) -> str:
+    """Run one spec in this process, in the workbench (stage); return a sentence for the job's final message."""
+    bench = stage(spec, results)
     every = int(os.environ.get("LOOPSCOPE_CHECKPOINT_EVERY", 100))
     device = resolve_device(spec.device)
     with experiments.live(experiments.Live(checkpoint_every=every, report=report)):
         if isinstance(spec, TrainSpec):
-            keys = experiments.ensure_runs(spec.config, spec.seeds, store, "train", device, progress=False)
-            return f"done: runs {', '.join(keys)}."
+            keys = experiments.ensure_runs(spec.config, spec.seeds, bench, "train", device, progress=False)
+            return f"done: runs {', '.join(keys)} in the workbench."
         if isinstance(spec, ExperimentSpec):
-            REGISTRY[spec.experiment].run(spec.preset, list(spec.seeds), store, device, spec.tasks, progress=False)
-            return f"done: {spec.experiment}-{spec.preset}.parquet written."
-        report(describe(spec), 0, 1, float("nan"))
-        experiment = store.manifest(spec.run_key).get("experiment", "train")
+            REGISTRY[spec.experiment].run(spec.preset, list(spec.seeds), bench, device, spec.tasks, progress=False)
+            return f"done: {WORKBENCH}/{spec.experiment}-{spec.preset}.parquet written."
+        experiment = bench.manifest(spec.run_key).get("experiment", "train")
         loops = list(range(1, spec.loops + 1))
-        rows = experiments.extend_eval(store, [spec.run_key], loops, spec.boundary, experiment, device, False)
-        tables = experiments.merge_into_tables(store, rows)
-        return f"done: {len(rows)} rows added to run {spec.run_key} and to {', '.join(tables) or 'no table'}."
+        step = lambda done, total: report(describe(spec), done, total, float("nan"))  # noqa: E731
+        rows = experiments.extend_eval(bench, [spec.run_key], loops, spec.boundary, experiment, device, False,
+                                       on_step=step)  # fmt: skip
+        tables = experiments.merge_into_tables(bench, rows, results.root)
+        where = f" and to {', '.join(f'{WORKBENCH}/{t}' for t in tables)}" if tables else ""
+        return (f"done: {len(rows)} rows added to the workbench's copy of run {spec.run_key}{where}; "
+                "the published runs and tables are unchanged.")  # fmt: skip
 
 
 def job_spec(root: Path, jid: str) -> Spec:
@@ -578,21 +694,23 @@ def job_spec(root: Path, jid: str) -> Spec:
 def work(root: Path, jid: str, spec: Spec | None = None) -> int:
     """Run job jid in this process (the worker)."""
     spec = spec or job_spec(root, jid)
-    _update(root, jid, state="running", pid=os.getpid(), host=platform.node(), message="starting")
-    store = Store(root)
-    try:  # an estimate never fails a job: without a plan there is none
-        reporter = Reporter(root, jid, plan(spec, store), stored_rate(spec, store))
-    except Exception as e:
-        print(f"engine.runtime.jobs: no estimate ({type(e).__name__}: {e})", file=sys.stderr)
-        reporter = Reporter(root, jid)
+    _update(root, jid, state="running", pid=os.getpid(), host=platform.node(), message="starting",
+            started=time.time(), ended=None)  # fmt: skip
+    results = Store(root)
     try:
+        bench = stage(spec, results)  # what it reads, copied first: its plan skips what is cached there
+        try:  # an estimate never fails a job: without a plan there is none
+            reporter = Reporter(root, jid, plan(spec, bench), stored_rate(spec, bench))
+        except Exception as e:
+            print(f"engine.runtime.jobs: no estimate ({type(e).__name__}: {e})", file=sys.stderr)
+            reporter = Reporter(root, jid)
         reporter.begin()
-        message = execute(spec, store, reporter)
+        message = execute(spec, results, reporter)
     except Exception as e:  # a known failure in its sentence (engine.errors.explain), else the exception's line
         reason = explain(e) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        _update(root, jid, state="failed", eta_s=None, message=f"failed: {reason}")
+        _update(root, jid, state="failed", eta_s=None, ended=time.time(), message=f"failed: {reason}")
         raise
-    _update(root, jid, state="done", eta_s=0, message=message)
+    _update(root, jid, state="done", eta_s=0, ended=time.time(), message=message)
     return 0
 
 

@@ -6,12 +6,17 @@ scales.safetensors); with --checkpoints also their weights (WEIGHTS: a run's mod
 Never jobs/ (this machine's job files and training checkpoints). A run pushed without its weights goes
 with a manifest that says so (the weights' checksum moves from `files` to `files_not_included`), so the
 pulled copy verifies and the dashboard reads it like any results folder (LOOPSCOPE_RESULTS).
+
+What comes from elsewhere is data, never authority: a pull never brings a `verdicts.json` (the dashboard judges the
+tables here, dashboard.results), and a top-level file must be named as a results folder's tables and E1 manifests
+are (TOP_NAME).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,6 +26,10 @@ from engine.errors import UsageError
 
 RUN_FOLDERS = ("runs", "refits")
 PULL_MIB = 4096  # a pulled file: at most this (the paper's 19M model's weights are 76 MB)
+# A top-level file a pull places: an experiment's table or E1's manifest beside it, named as
+# dashboard.results.TABLE_NAME reads a table (lowercase letters, digits, '.', '_', '-', never a web address)
+TOP_NAME = re.compile(r"e\d+-(?!.*www\.)[a-z0-9][a-z0-9._-]{0,63}\.(parquet|json)")
+VERDICTS = "verdicts.json"  # dashboard.results.SHIPPED: the verdicts of the tables beside it, never pulled
 
 
 class HubUnavailable(Exception):
@@ -111,19 +120,22 @@ def pull(root: Path, repo: str, checkpoints: bool = False) -> dict:
     refits) placed, tables."""
     from huggingface_hub import snapshot_download
 
+    from engine.runtime.gpu_pack import scratch
+
     root = Path(root)
     have = [
         f"{p.parent.name}/{p.name}/*" for f in RUN_FOLDERS for p in (root / f).glob("*") if complete(p, checkpoints)
     ]
-    ignore = [*have, "jobs/*", ".gitattributes", "*.md"]
+    ignore = [*have, "jobs/*", ".gitattributes", "*.md", VERDICTS]
     ignore += [] if checkpoints else [f"*/{role.split('.')[0]}*.safetensors" for role in WEIGHTS]
-    with tempfile.TemporaryDirectory(prefix="loopscope-pull-") as tmp:
+    with scratch("loopscope-pull-") as tmp:
         try:
             snapshot_download(repo_id=repo, repo_type="dataset", local_dir=tmp, ignore_patterns=ignore)
         except Exception as e:
             raise _hub_error(e, repo) from None
         came = sorted(p.relative_to(tmp) for p in Path(tmp).rglob("*") if not p.is_dir() or p.is_symlink())
         came = [rel for rel in came if rel.parts[0] != ".cache"]  # the client's own bookkeeping
+        came = [rel for rel in came if rel.as_posix() != VERDICTS]  # should a client not honour `ignore`
         if not came:
             raise UsageError(f"nothing was downloaded from {repo} (offline, or the repo holds nothing this folder "
                              "lacks); check the connection and the repo's name, and pull again.")  # fmt: skip
@@ -209,7 +221,7 @@ def check_pulled(tmp: Path, came: list[Path], checkpoints: bool, repo: str) -> l
     runs = set()
     for rel in came:
         path = tmp / rel
-        top = len(rel.parts) == 1 and rel.suffix in (".parquet", ".json") and not rel.name.startswith(".")
+        top = len(rel.parts) == 1 and TOP_NAME.fullmatch(rel.name)
         run = len(rel.parts) == 3 and rel.parts[0] in RUN_FOLDERS and KEY.fullmatch(rel.parts[1])
         if not (top or run) or path.is_symlink() or not path.is_file():
             raise refuse(f"holds {rel.as_posix()[:80]!r}, which is not a file of a results folder")
