@@ -155,4 +155,4 @@ def test_the_precision_section_measures_one_size_and_says_why_on_a_cpu_without_n
     else:
         assert list(result["sizes"]) == ["toy"] and "attn_math_ratio" not in result["sizes"]["toy"]
         assert result["skipped"].startswith("this CPU has no native bf16") and "skipped: toy2 " in result["skipped"]
-        assert text.endswith(result["skipped"]) and "levers" not in text
+        assert text.endswith(result["skipped"]) and "levers: math" not in text
