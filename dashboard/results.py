@@ -34,6 +34,7 @@ if not st.runtime.exists():  # a command (loopscope report, --ship), not a serve
 # '_' and '-', never a web address: pages and the report name a table and its study by it, so a file named otherwise
 # (a pulled one, say) is no table of the dashboard's and cannot put markup or a link on a page
 TABLE_NAME = re.compile(r"^(e\d+)-((?!.*www\.)[a-z0-9][a-z0-9._-]{0,63})\.parquet$")
+RUN_KEY = re.compile(r"[0-9a-f]{16}")  # a run key as the store names its folders (engine.core.store)
 # Each study's facts are its entry in engine.studies (torch-free, so the overview may import it). The default study:
 # the largest present that has an E2 table (default_study), by the entries' order
 SCALE_ORDER = tuple(studies.by_order())
@@ -245,7 +246,7 @@ def _provenance(state: tuple) -> list[dict]:
                    m.get("dtype_policy"))  # fmt: skip
         except (OSError, ValueError, AttributeError, RecursionError):  # not a manifest of a run: not counted
             continue
-        row = tuple(" ".join(str(v).split())[:80] if v not in (None, "") else "—" for v in row)
+        row = tuple(" ".join(str(v).split())[:160] if v not in (None, "") else "—" for v in row)
         counts[row] = counts.get(row, 0) + 1
     found = [dict(zip(PROVENANCE, row, strict=True), runs=n) for row, n in counts.items()]
     return sorted(found, key=lambda r: -r["runs"])
@@ -256,7 +257,7 @@ def provenance_text(rows: list[dict]) -> str:
     the dtype policy, and how many runs, each value as the manifests' text (as_text); '' where there are none."""
     parts = []
     for row in rows:
-        r = {k: as_text(v) if k != "runs" else v for k, v in row.items()}
+        r = {k: as_text(v, 160) if k != "runs" else v for k, v in row.items()}
         gpu = (f"{r['GPU']} (compute capability {r['capability']}), driver {r['driver']}, CUDA {r['CUDA']}"
                if row["GPU"] != "—" else r["device"])  # fmt: skip
         policy = f"; dtype policy: {r['dtype policy']}" if row["dtype policy"] != "—" else ""
@@ -341,8 +342,8 @@ PROBE_MOST = 64  # a probe record's candidates, and seeds a candidate: at most t
 
 def probe_record(study: str, root: Path | None) -> dict | None:
     """A study's recipe-probe.json (engine.runtime.cpu_ladder) in the shape its readers use: {rule, seeds, adopted,
-    below_bar, candidates: {name: {scores, mean_range, outcome}}}, each field of its type (None, False or "?" where
-    an older record lacks it); None where the study has none or it is not one (probe_problem says why)."""
+    below_bar, candidates: {name: {scores, mean_range, outcome, runs}}}, each field of its type (None, False, "?" or
+    [] where an older record lacks it); None where the study has none or it is not one (probe_problem says why)."""
     return _probe(study, root)[0]
 
 
@@ -392,7 +393,10 @@ def _probe_shape(probe) -> tuple[dict | None, str]:
             return None, "has a candidate whose mean_range is not two numbers"
         if not isinstance(c.get("outcome", "?"), str):
             return None, "has a candidate whose outcome is not text"
-        candidates[name] = dict(scores=scores, mean_range=spread, outcome=c.get("outcome", "?"))
+        runs = c.get("runs", [])  # the run keys of its seeds, in seed order (data.probe_losses reads their curves)
+        if not (isinstance(runs, list) and len(runs) <= PROBE_MOST and all(RUN_KEY.fullmatch(str(k)) for k in runs)):
+            return None, "has a candidate whose runs are not run keys"
+        candidates[name] = dict(scores=scores, mean_range=spread, outcome=c.get("outcome", "?"), runs=runs)
     seeds, adopted = probe.get("seeds"), probe.get("adopted")
     if seeds is not None and not (isinstance(seeds, int) and not isinstance(seeds, bool) and 0 < seeds <= PROBE_MOST):
         return None, "has a number of seeds that is not a count"

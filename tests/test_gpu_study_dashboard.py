@@ -9,6 +9,7 @@ the ladder; `gpu-smoke` shares its task and T). There is no GPU here: the gpu-sm
 manifests are given a GPU's provenance (the keys engine.core.store.gpu_info writes) to test how it is shown."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -120,7 +121,8 @@ def test_the_overview_and_the_report_give_the_gpu_study_a_section(monkeypatch, r
     assert "The GPU study (`gpu-smoke`), beside it" in headers
     assert {"gpu-smoke · E2 · norm vs none, from scratch", "gpu-smoke · E3 · readout refit"} <= set(headers)
     assert not [h for h in headers if h.startswith("gpu-smoke · E4")]
-    assert any("NVIDIA H200 (compute capability 9.0)" in c.value for c in at.caption)
+    shown = [re.sub(r"\\(.)", r"\1", c.value) for c in at.caption]  # as read: Markdown's backslash escapes resolved
+    assert any("NVIDIA H200 (compute capability 9.0)" in c for c in shown)
     page = report.html(root)
     assert '<h2 id="study-gpu-smoke">The GPU study (<code>gpu-smoke</code>)</h2>' in page
     for heading in (

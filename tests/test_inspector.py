@@ -256,7 +256,7 @@ def test_the_page_in_chromium_deep_link_new_input_and_csv(folder, tmp_path_facto
         for server in web.streamlit_server(folder, tmp_path_factory):
             page = web.open_page(browser, f"{server}/inspector?run={RUN}&bits=1101001010&show=state+norm", "Inspector")
             web.figures(page, 1)
-            assert page.get_by_test_id("stDataFrame").count() == 1
+            page.get_by_test_id("stDataFrame").wait_for()  # the table draws after the figure
             assert page.get_by_text("1 1 0 1 0 0 1 0 1 0 =").count() == 1
             box = page.get_by_role("textbox", name="input bits")
             box.fill("0111010")

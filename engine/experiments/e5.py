@@ -651,9 +651,12 @@ def format_contrast(summary: pd.DataFrame, rows: pd.DataFrame) -> str:
         return ""
     T = int(c["trained_loops"].iloc[0])
     lines = [f"\nthe decisive contrast at n = T = {T} (docs/design.md §10; margin: the share of its own margin lost)"]
-    for (task, level), g in c[c["eval_loops"] == T].groupby(["task", "level"]):
+    at_T = c[c["eval_loops"] == T]
+    several = at_T[["train_loops", "params"]].drop_duplicates().shape[0] > 1  # a smoke table: name each model
+    for (task, spec, params, level), g in at_T.groupby(["task", "train_loops", "params", "level"]):
         at = g.set_index("quantity")
-        lines.append(f"  {task}, {level}: " + "   ".join(
+        which = f" ({spec}, {int(params):,} params)" if several else ""
+        lines.append(f"  {task}, {level}{which}: " + "   ".join(
             f"{q} {at.loc[q, 'mean']:+.3f} [{at.loc[q, 'ci_low']:+.3f}, {at.loc[q, 'ci_high']:+.3f}] "
             f"({at.loc[q, 'mean_a']:.3f} -> {at.loc[q, 'mean_b']:.3f}, {int(at.loc[q, 'n'])} pairs)"
             for q in CONTRAST if q in at.index))  # fmt: skip

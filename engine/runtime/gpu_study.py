@@ -478,13 +478,14 @@ def reports(preset_name: str, store: Store) -> dict[str, str]:
 
 
 def run(name: str, preset_name: str, results: Path, device: str, budget: float, limit: float, out: Path,
-        rates: Rates | None = None) -> int:  # fmt: skip
-    """One piece on this machine: compute what is missing within the budget, write the tables and the summary."""
+        rates: Rates | None = None, start_up: float = 0.0) -> int:  # fmt: skip
+    """One piece on this machine: compute what is missing within the budget, write the tables and the summary.
+    start_up: seconds already spent before this call that the budget counts (the command: its process's age)."""
     from engine.core.train import compile_wanted
     from engine.experiments.runs import Live, live
 
     store = Store(study_root(results, preset_name))
-    piece = Piece(name, preset_name, store, device, Budget(budget, limit, time.monotonic() - process_age()), out,
+    piece = Piece(name, preset_name, store, device, Budget(budget, limit, time.monotonic() - start_up), out,
                   rates=rates)  # fmt: skip
     commit, dirty = git_state()
     piece.summary = dict(study=STUDY, piece=name, preset=preset_name, device=device, started=utc_now(),
@@ -518,7 +519,7 @@ def run(name: str, preset_name: str, results: Path, device: str, budget: float, 
 # ---------------------------------------------------------------- the command line (dev/studies/gpu-study/gpu-study.sh)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, start_up: float = 0.0) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.runtime.gpu_study", description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["run"])  # packing: python -m engine.runtime.gpu_pack
     ap.add_argument("piece", choices=PIECES)
@@ -532,8 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rates = Rates.load(Path(args.rates) if args.rates else None, args.preset)
     return run(args.piece, args.preset, Path(args.results), args.device, args.budget, args.limit, Path(args.out),
-               rates)  # fmt: skip
+               rates, start_up)  # fmt: skip
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the command: its budget counts the process's start-up, as the session's timeout does
+    sys.exit(main(start_up=process_age()))
