@@ -622,3 +622,30 @@ def rungs(preset_name: str, task: str, level: str, part: str = "ladder") -> pd.D
     partner = results.ladder_partner(preset_name)
     summaries = {study: e5_summary(study)[0] for study in (preset_name, partner) if study in presets("e5")}
     return charts.rung_points(summaries, task, level, part)
+
+
+# ---------------------------------------------------------------- a verdict, opened: the values its rule read
+
+DRILL_EXPERIMENTS = ("e2", "e4", "e5")  # tables of runs by seed and n (E3's refits: its own page; E1: Ouro's)
+DRILL_BY = ["arch", "trained_loops", "boundary"]  # one row per model and run mode, per seed
+
+
+def verdict_values(experiment: str, study: str, task: str, level: str, metric: str = "accuracy",
+                   root: Path | None = None) -> tuple[pd.DataFrame, str | None]:  # fmt: skip
+    """The per-seed, per-n values of a study's table at a verdict's task and level: one row per (arch, trained
+    loops, run mode, seed), one column per n, each cell the metric averaged over the level's difficulties (the
+    held-out levels as engine.experiments.verdicts.levels defines them; in a study without held-out items, the
+    in-range stand-in its rules read, equivalent_level), and the level read; (empty, None) where the table lacks it."""
+    found = table(experiment, study, root)
+    if found.rows is None or experiment not in DRILL_EXPERIMENTS:
+        return pd.DataFrame(), None
+    rows = found.rows[found.rows["task"] == task]
+    read = equivalent_level(rows, level) if len(rows) else None
+    if read is None:
+        return pd.DataFrame(), None
+    per_seed = seed_values(rows, metric, read, [*DRILL_BY, "eval_loops"])
+    if per_seed.empty:
+        return pd.DataFrame(), None
+    wide = per_seed.pivot_table(index=[*DRILL_BY, "seed"], columns="eval_loops", values="value", aggfunc="first")
+    wide.columns = [f"n={int(n)}" for n in wide.columns]
+    return wide.reset_index().rename(columns={"trained_loops": "T", "boundary": "run mode"}), read

@@ -169,6 +169,7 @@ def rows(study: str, root: Path | None = None) -> list[dict]:
     return out
 
 
+DRILL = ("e2", "e4", "e5")  # verdicts over runs by seed and n (dashboard.data.DRILL_EXPERIMENTS): a cell opens them
 KIND = {"green": "yes", "red": "no", "orange": "mixed", "gray": "none", "blue": "other"}
 STYLE = """<style>
 table.verdicts{border-collapse:collapse;width:100%;font-size:.8rem;line-height:1.25;table-layout:fixed}
@@ -180,7 +181,8 @@ table.verdicts{border-collapse:collapse;width:100%;font-size:.8rem;line-height:1
 .verdicts .yes{background:#d8f0dc;color:#145a23}.verdicts .no{background:#f8d7d5;color:#7c1d16}
 .verdicts .mixed{background:#fde6c8;color:#7a4300}.verdicts .none{background:#e6e6e6;color:#333}
 .verdicts .other{background:#dbe8f8;color:#123f73}.verdicts .num{color:#333}.verdicts .hard{color:#777;font-size:.78rem}
-.verdicts td.skip{color:#888;font-style:italic}.verdicts .pre{color:#555;font-size:.76rem}
+.verdicts td.skip{color:#888;font-style:italic}
+.verdicts a.vals{color:#1f5fa8;font-size:.72rem;display:inline}.verdicts .pre{color:#555;font-size:.76rem}
 </style>"""
 
 
@@ -217,6 +219,10 @@ def matrix_html(found: list[dict], study: str, links: bool = True) -> str:
             if links:
                 to = html.escape(href(row["experiment"], row["claim"], task, study))
                 inner = f'<a href="{to}" target="_self">{inner}</a>'
+                if row["experiment"] in DRILL:  # the values the rule read, opened on the overview
+                    which = f"{row['experiment']}:{row['claim']}:{task}"
+                    opened = urllib.parse.urlencode({"study": study, "verdict": which})
+                    inner += f'<a class="vals" href="./?{html.escape(opened)}" target="_self">values ↓</a>'
             cells.append(f'<td class="{task}">{inner}</td>')
         body.append(f"<tr>{head}{''.join(cells)}</tr>")
     chain = "chain (parity-like control)" if study in PARITY_LIKE_CHAIN else "chain"

@@ -213,7 +213,12 @@ def test_overview_first_render_deep_link_study_switch_and_report(server, browser
         page.get_by_role("button", name="Download report").click()
     assert Path(done.value.path()).read_text().startswith("<!DOCTYPE html>")
     study = studies.input_value()
-    page.locator("table.verdicts tr", has_text="E2 (a)").locator("td.parity a").click()  # keeps study and task
+    page.locator("table.verdicts tr", has_text="E2 (a)").locator("td.parity a.vals").click()  # issue 60: drill down
+    page.get_by_text("per seed (rows) and loop step n (columns)", exact=False).wait_for()
+    page.get_by_test_id("stDataFrame").first.wait_for()  # the values, drawn after their caption
+    assert "verdict=e2%3Aa%3Aparity" in page.url and not page.get_by_text("names nothing on this page").count()
+    keep(page, shots, "overview-verdict-opened")
+    page.locator("table.verdicts tr", has_text="E2 (a)").locator("td.parity a:not(.vals)").click()  # keeps study, task
     page.get_by_role("heading", name="Accuracy vs depth", exact=True).wait_for()
     figures(page, 3)
     assert page.get_by_role("combobox", name=re.compile("^study")).input_value() == study

@@ -437,3 +437,31 @@ def test_an_open_recipe_probe_keeps_its_rung_out_of_the_ladder_and_its_rules(mon
     assert steps_drawn(at, 412_288) == {"4000"}  # this study's own rung to 412k, not the `cpu` study's
     assert [d for d in at.dataframe if "claim" in d.value.columns]
     assert "trained the rungs to 412k itself" in report.html(root)
+
+
+@needs_shipped
+def test_a_verdict_opens_on_the_per_seed_values_its_rule_read(monkeypatch):
+    """Issue 60, item 3: ?verdict=e4:equal n:parity opens E4's "equal n" verdict on parity with its rule, and its
+    table is the shipped table's held-out accuracy per seed and n, recomputed here from the Parquet file."""
+    import pandas as pd
+
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(SHIPPED))
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=300)
+    at.query_params["verdict"] = "e4:equal n:parity"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [w for w in at.warning if "names nothing" in w.value]  # the overview's own parameter
+    picked = at.selectbox(key="verdict_pick")
+    assert picked.format_func(picked.value).startswith("E4 (equal n) · parity · ")
+    assert any(m.value.startswith("**Claim:** looping is better than stacking") for m in at.markdown)
+    shown = at.dataframe[-1].value
+    rows = pd.read_parquet(SHIPPED / "e4-cpu.parquet")
+    rows = rows[(rows["task"] == "parity") & (rows["metric"] == "accuracy") & (rows["split"] == "heldout")]
+    level = [c for c in at.markdown if c.value.startswith("**Claim:**")][0].value
+    if "hardest held-out" in level:  # the rule's level: its hardest held-out difficulty alone
+        rows = rows[rows["difficulty"] == rows["difficulty"].max()]
+    want = rows.groupby(["arch", "boundary", "seed", "eval_loops"])["value"].mean()
+    assert set(shown["arch"]) == {"looped", "stacked"} and len(shown) == want.droplevel(-1).index.nunique()
+    for _, r in shown.sample(5, random_state=0).iterrows():
+        n = int(r.dropna().index[-1].removeprefix("n="))  # the row's last n
+        assert r[f"n={n}"] == pytest.approx(want[(r["arch"], r["run mode"], r["seed"], n)])

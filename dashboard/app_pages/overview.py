@@ -290,6 +290,44 @@ def headline_figure(study: str) -> None:
                  query_params={"preset": study, "task": task, "difficulty": level})  # fmt: skip
 
 
+def open_verdict(study: str) -> None:
+    """A verdict opened: its rule as written, what it measured, and the per-seed, per-n values of its table at its
+    task and level (data.verdict_values), with the metric the rule names chosen below. ?verdict=e2:a:parity (the
+    experiment, the claim and the task) opens that one."""
+    from dashboard import data  # pandas and the table: only once a reader opens a verdict
+
+    found = [c for e in data.DRILL_EXPERIMENTS for c in results.claims(e, study)["claims"]]
+    if not found:
+        st.caption("No verdict of this study reads a table of runs by seed and n (E3's refits: the Refits page).")
+        return
+    labels = [f"{c['experiment'].upper()} ({c['claim']}) · {c['task']} · {c['level']} · {c['analysis']}: "
+              f"{c['outcome']}" for c in found]  # fmt: skip
+    asked = str(st.query_params.get("verdict", "")).split(":")
+    first = next((i for i, c in enumerate(found) if len(asked) == 3 and c["experiment"] == asked[0] and c["task"] ==
+                  asked[2] and (c["claim"] == asked[1] or c["claim"].startswith(asked[1] + " "))), 0)  # fmt: skip
+    i = st.selectbox("verdict", range(len(found)), index=first, format_func=labels.__getitem__, key="verdict_pick")
+    c = found[i]
+    st.markdown(
+        f"**Claim:** {c['text']}  \n**Rule:** {c['criterion']}  \n**Measured:** {c['measured']}  \n"
+        f"**Outcome:** {results.badge(c['outcome'])} ({c['analysis']} analysis, {c['level']})"
+    )
+    rows = data.table(c["experiment"], study).rows
+    metrics = sorted(rows["metric"].unique()) if rows is not None else ["accuracy"]
+    usual = metrics.index("accuracy") if "accuracy" in metrics else 0
+    metric = st.selectbox("metric", metrics, index=usual, key="verdict_metric",
+                          help="the metric the rule above names; accuracy for most rules")  # fmt: skip
+    values, read = data.verdict_values(c["experiment"], study, c["task"], c["level"], metric)
+    if values.empty:
+        st.caption(f"The table holds no {metric} rows at {c['task']}, {c['level']}.")
+        return
+    stand_in = f" (standing in for {c['level']}: this study has no held-out items)" if read != c["level"] else ""
+    st.caption(f"{metric} per seed (rows) and loop step n (columns), {c['task']}, {read}{stand_in}: the values the "
+               f"rule reads, before it pairs seeds or averages them ({values['seed'].nunique()} seeds).")  # fmt: skip
+    st.dataframe(values, hide_index=True)
+    st.download_button("Download these values (CSV)", values.to_csv(index=False), file_name=f"{study}-{c['experiment']}"
+                       f"-{c['claim']}-{c['task']}-{metric}.csv", mime="text/csv", key="verdict_csv")  # fmt: skip
+
+
 def report_html(study: str | None) -> bytes:
     """The static report, built on click (dashboard.report imports the engine: not on this page's way)."""
     from dashboard import report
@@ -323,6 +361,10 @@ if study:
         st.html(matrix.matrix_html(found, study))
         stand_in = "no held-out items" in results.claims("e2", study)["scale"]  # the first design (cpu-1layer)
         st.caption(LEGEND + (NO_HELDOUT if stand_in else ""))
+        st.session_state[ui.READ].add("verdict")  # ?verdict=... is this page's (open_verdict reads it)
+        if st.toggle("Open a verdict: the per-seed values its rule read", value="verdict" in st.query_params,
+                     key="open_verdict"):  # fmt: skip
+            open_verdict(study)
     with right:
         headline_figure(study)
     study_note(study)
