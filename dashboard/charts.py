@@ -683,3 +683,61 @@ def e5_rescale(
     chart = curves(stats, "eval_loops", N_TITLE, "recovery", budgets=budget_rules(T), y_domain=None,
                    references=refits, legend_title="surgery")  # fmt: skip
     return chart, stats
+
+
+def compare_runs_chart(curves: pd.DataFrame, metric_title: str) -> alt.Chart:
+    """Several runs' curves on one figure (data.compare_runs): the metric per n, one colour a run, solid where it
+    runs as trained and dashed in another run mode (the surgery; the tooltip names it)."""
+    dash = alt.Scale(domain=["as trained", "surgery"], range=[[1, 0], [5, 3]])
+    return (
+        alt.Chart(curves)
+        .mark_line(strokeWidth=2)
+        .encode(
+            x=alt.X("eval_loops:Q", title="inference loop count n", axis=alt.Axis(tickMinStep=1)),
+            y=alt.Y("value:Q", title=metric_title, scale=alt.Scale(zero=False)),
+            color=alt.Color(
+                "run:N",
+                title="run",
+                scale=alt.Scale(scheme="tableau10"),
+                legend=alt.Legend(orient="bottom", columns=1, labelLimit=420),
+            ),  # fmt: skip
+            strokeDash=alt.StrokeDash(
+                "mode:N",
+                title="run mode",
+                scale=dash,
+                legend=alt.Legend(orient="bottom", columns=1, symbolType="stroke", symbolStrokeWidth=2),
+            ),  # fmt: skip
+            detail="curve:N",
+            tooltip=[
+                "run:N",
+                alt.Tooltip("boundary:N", title="run mode"),
+                "eval_loops:Q",
+                alt.Tooltip("value:Q", format=".4f"),
+            ],  # fmt: skip
+        )
+        .properties(width=WIDTH, height=HEIGHT, name="compare", autosize=AUTOSIZE)
+    )
+
+
+def compare_loss_chart(curves: pd.DataFrame) -> alt.Chart:
+    """Several runs' training loss (their manifests' curves), one colour a run, on loss_scale's scale."""
+    loss = pd.to_numeric(curves["loss"], errors="coerce")
+    curves = curves[loss.notna() & (loss.abs() != float("inf"))]
+    scale = loss_scale(curves)
+    y_scale = alt.Scale(type="log") if scale == "log" else alt.Scale(type="linear", zero=True)
+    return (
+        alt.Chart(curves)
+        .mark_line()
+        .encode(
+            x=alt.X("step:Q", title="training step"),
+            y=alt.Y("loss:Q", scale=y_scale, title=f"training loss (nats; {scale} scale)"),
+            color=alt.Color(
+                "run:N",
+                title="run",
+                scale=alt.Scale(scheme="tableau10"),
+                legend=alt.Legend(orient="bottom", columns=1, labelLimit=420),
+            ),  # fmt: skip
+            tooltip=["run:N", "step:Q", alt.Tooltip("loss:Q", format=".4~g")],
+        )
+        .properties(width=WIDTH, height=HEIGHT, name="compare-loss", autosize=AUTOSIZE)
+    )

@@ -11,6 +11,7 @@ damaged or unreadable file becomes a message on the page, never a traceback.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -649,3 +650,44 @@ def verdict_values(experiment: str, study: str, task: str, level: str, metric: s
     wide = per_seed.pivot_table(index=[*DRILL_BY, "seed"], columns="eval_loops", values="value", aggfunc="first")
     wide.columns = [f"n={int(n)}" for n in wide.columns]
     return wide.reset_index().rename(columns={"trained_loops": "T", "boundary": "run mode"}), read
+
+
+# ---------------------------------------------------------------- runs side by side (the Runs page)
+
+
+def _flat(value, prefix: str = "") -> dict:
+    """A manifest's config as {dotted.key: value}."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out = {}
+    for k, v in value.items():
+        out |= _flat(v, f"{prefix}.{k}" if prefix else str(k))
+    return out
+
+
+def compare_runs(runs: dict[str, str], metric: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Runs side by side ({run id: label}): their metric per n at the held-out mean (every difficulty where a run
+    has no held-out items), one curve per run and run mode (`boundary`; `mode`: as trained, or another); their
+    training losses; and the config fields in which they differ (one column per run, the seed included). Runs that
+    cannot be read are left out."""
+    curves, losses, configs = [], [], {}
+    for run, label in runs.items():
+        manifest, rows, problem = run_detail(run)
+        if problem or rows is None:
+            continue
+        mine = rows[rows["metric"] == metric]
+        held = mine["split"] == "heldout" if "split" in mine else pd.Series(False, index=mine.index)
+        mine = mine[held] if held.any() else mine  # the held-out mean, else every difficulty
+        per_n = mine.groupby(["boundary", "eval_loops"], as_index=False)["value"].mean()
+        trained = ((manifest.get("config") or {}).get("model") or {}).get("boundary")
+        mode = np.where(per_n["boundary"] == trained, "as trained", "surgery")
+        curves.append(per_n.assign(run=label, mode=mode, curve=label + " · " + per_n["boundary"]))
+        losses.append(loss_curve(manifest).assign(run=label))
+        configs[label] = _flat(manifest.get("config", {})) | {"seed": manifest.get("seed")}
+    keys = sorted({k for c in configs.values() for k in c})
+    differ = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs.values()}) > 1]
+    diff = pd.DataFrame([{"field": k, **{run: str(c.get(k, "—")) for run, c in configs.items()}} for k in differ])
+    empty = pd.DataFrame(columns=["run", "boundary", "mode", "eval_loops", "value", "curve"])
+    return (pd.concat(curves, ignore_index=True) if curves else empty,
+            pd.concat(losses, ignore_index=True) if losses else pd.DataFrame(columns=["run", "step", "loss"]),
+            diff)  # fmt: skip

@@ -328,13 +328,13 @@ def test_ouro_deep_link_widget_change_and_csv(server, browser, shots):
 def test_runs_deep_link_widget_change_and_csv(server, browser, shots, results):
     keys = Store(results).run_keys()
     page = open_page(browser, f"{server}/runs?run={keys[-1]}", "Cached runs")
-    figures(page, 2)  # the run's curves and its training loss
+    figures(page, 4)  # two runs side by side (curves, losses), then the run's curves and its training loss
     run = page.get_by_role("combobox", name="run")
     assert run.input_value() == keys[-1]
     run.click()
     page.get_by_role("option").filter(has_not_text=keys[-1]).first.click()
     page.wait_for_function("key => !location.search.includes(key)", arg=keys[-1])
-    figures(page, 2)
+    figures(page, 4)
     path, _ = download(page, "CSV")
     assert path.read_text().strip()
     keep(page, shots, "runs")

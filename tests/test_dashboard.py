@@ -99,7 +99,7 @@ def render(monkeypatch, root, page: str = "overview", **query) -> AppTest:
     if page != "overview":
         at.switch_page(f"app_pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not [e for e in at.error if "could not be drawn" in e.value], "a page fell through to the last-resort guard"
+    assert not [e for e in at.error if "could not be drawn" in e.value], [e.value for e in at.error]
     return at
 
 
@@ -149,10 +149,11 @@ def test_deep_link_restores_widgets(monkeypatch, results):
     assert not at.exception
 
 
-@pytest.mark.parametrize("page", ["norms", "runs"])
-def test_norms_and_runs_pages_draw(monkeypatch, results, page):
+@pytest.mark.parametrize(("page", "figures"), [("norms", 2), ("runs", 4)])
+def test_norms_and_runs_pages_draw(monkeypatch, results, page, figures):
+    """The Runs page: two runs side by side (curves, losses) and one run (curves, loss)."""
     at = render(monkeypatch, results, page)
-    assert len(charts_on(at)) == 2
+    assert len(charts_on(at)) == figures
     assert len(at.dataframe) >= 1
 
 

@@ -465,3 +465,30 @@ def test_a_verdict_opens_on_the_per_seed_values_its_rule_read(monkeypatch):
     for _, r in shown.sample(5, random_state=0).iterrows():
         n = int(r.dropna().index[-1].removeprefix("n="))  # the row's last n
         assert r[f"n={n}"] == pytest.approx(want[(r["arch"], r["run mode"], r["seed"], n)])
+
+
+@needs_shipped
+def test_runs_side_by_side_default_to_a_twin_pair_and_diff_their_configs(monkeypatch):
+    """Issue 60, item 3: the Runs page's compare view opens on the first run and its twin trained with the other
+    boundary; its curves are each run's own rows averaged over the held-out items, and the config difference is
+    the boundary alone."""
+    from dashboard import data
+    from tests.test_dashboard import charts_on
+
+    monkeypatch.setenv("LOOPSCOPE_RESULTS", str(SHIPPED))
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=300)
+    at.run()
+    at.switch_page("app_pages/runs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    pair = at.multiselect(key="compare").value
+    assert len(pair) == 2
+    diff = at.dataframe[1].value
+    assert list(diff["field"]) == ["model.boundary"] and set(diff.iloc[0, 1:]) == {"none", "norm"}
+    drawn = [row for spec in charts_on(at) for rows in (spec.get("datasets") or {}).values() for row in rows
+             if row.get("run", "").startswith(pair[0][:8]) and "eval_loops" in row]  # fmt: skip
+    _, rows, _ = data.run_detail(pair[0])
+    rows = rows[(rows["metric"] == "accuracy") & (rows["split"] == "heldout")]
+    want = rows.groupby(["boundary", "eval_loops"])["value"].mean()
+    assert drawn and len(drawn) == len(want)
+    for row in drawn:
+        assert row["value"] == pytest.approx(want[(row["boundary"], row["eval_loops"])])

@@ -1,4 +1,5 @@
-"""Every cached run with its provenance; one run's curves (accuracy per n and difficulty, training loss)."""
+"""Every cached run with its provenance; runs side by side (curves, losses, config differences); one run's curves
+(accuracy per n and difficulty, training loss)."""
 
 import json
 from pathlib import Path
@@ -49,11 +50,45 @@ st.dataframe(
 if table.empty:
     st.stop()
 
-st.header("One run")
 labels = {
     r.run: f"{r.study + ' · ' if r.study else ''}{r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
     for _, r in table.iterrows()
 }
+
+st.header("Runs side by side")
+# by default the first run listed and its twin trained with the other boundary (same study, task, arch and seed):
+# the paper's comparison, with data from the first visit; else the first two listed
+head = table.iloc[0]
+twin = table[(table["study"] == head["study"]) & (table["task"] == head["task"]) & (table["arch"] == head["arch"])
+             & (table["seed"] == head["seed"]) & (table["trained boundary"] != head["trained boundary"])]  # fmt: skip
+first = [head["run"], twin["run"].iloc[0]] if len(twin) else list(labels)[:2]
+picked = st.multiselect("compare", list(labels), default=first, format_func=lambda r: f"{r} · {labels[r]}",
+                        max_selections=6, key="compare",
+                        help="Up to six runs: their curves on one figure, their training losses, and the config "
+                        "fields in which they differ.")  # fmt: skip
+if picked:
+    compare_metric = st.segmented_control("compare metric", ["accuracy", "choice_accuracy", "top_token_share"],
+                                          default="accuracy", key="compare_metric") or "accuracy"  # fmt: skip
+    curves, losses, differ = data.compare_runs({r: f"{r.rpartition('/')[2][:8]} · {labels[r]}" for r in picked},
+                                               compare_metric)  # fmt: skip
+    left, right = st.columns(2)
+    with left:
+        if len(curves):
+            ui.figure(charts.compare_runs_chart(curves, views.METRIC_TITLES[compare_metric]), curves,
+                      "compare-runs", f"{compare_metric.replace('_', ' ')} per n at the held-out mean (every "
+                      "difficulty where a run has no held-out items), one seed each, no CI; solid: each run as "
+                      "trained, dashed: the other run modes it was evaluated in (the tooltip names each).")  # fmt: skip
+    with right:
+        if len(losses):
+            ui.figure(charts.compare_loss_chart(losses), losses, "compare-loss",
+                      "Training loss from each manifest's curve (subsampled), one seed each.")  # fmt: skip
+    if len(differ):
+        st.caption("Where their configs differ (every other field is the same):")
+        st.dataframe(differ, hide_index=True)
+    elif len(picked) > 1:
+        st.caption("Their configs are the same in every field, the seed included.")
+
+st.header("One run")
 key = ui.select(
     "run", list(labels), "run", help="The run key (a hash of the config and seed), `<study>/<key>` for a run in a "
     "study's own folder; see the table above."
