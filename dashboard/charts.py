@@ -685,6 +685,11 @@ def e5_rescale(
     return chart, stats
 
 
+# runs side by side: one colour a run, the legend under the figure, one run a line
+RUN_COLOR = alt.Color("run:N", title="run", scale=alt.Scale(scheme="tableau10"),
+                      legend=alt.Legend(orient="bottom", columns=1, labelLimit=420))  # fmt: skip
+
+
 def compare_runs_chart(curves: pd.DataFrame, metric_title: str) -> alt.Chart:
     """Several runs' curves on one figure (data.compare_runs): the metric per n, one colour a run, solid where it
     runs as trained and dashed in another run mode (the surgery; the tooltip names it)."""
@@ -695,12 +700,7 @@ def compare_runs_chart(curves: pd.DataFrame, metric_title: str) -> alt.Chart:
         .encode(
             x=alt.X("eval_loops:Q", title="inference loop count n", axis=alt.Axis(tickMinStep=1)),
             y=alt.Y("value:Q", title=metric_title, scale=alt.Scale(zero=False)),
-            color=alt.Color(
-                "run:N",
-                title="run",
-                scale=alt.Scale(scheme="tableau10"),
-                legend=alt.Legend(orient="bottom", columns=1, labelLimit=420),
-            ),  # fmt: skip
+            color=RUN_COLOR,
             strokeDash=alt.StrokeDash(
                 "mode:N",
                 title="run mode",
@@ -731,12 +731,7 @@ def compare_loss_chart(curves: pd.DataFrame) -> alt.Chart:
         .encode(
             x=alt.X("step:Q", title="training step"),
             y=alt.Y("loss:Q", scale=y_scale, title=f"training loss (nats; {scale} scale)"),
-            color=alt.Color(
-                "run:N",
-                title="run",
-                scale=alt.Scale(scheme="tableau10"),
-                legend=alt.Legend(orient="bottom", columns=1, labelLimit=420),
-            ),  # fmt: skip
+            color=RUN_COLOR,
             tooltip=["run:N", "step:Q", alt.Tooltip("loss:Q", format=".4~g")],
         )
         .properties(width=WIDTH, height=HEIGHT, name="compare-loss", autosize=AUTOSIZE)
