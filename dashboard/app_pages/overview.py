@@ -201,7 +201,7 @@ def section(experiment: str, preset: str | None, prefix: str = "") -> None:
             ui.not_run_yet("E2 trains both boundary modes from scratch over many seeds.", spec["command"])
             return
         measured = "; ".join(found["problems"]) or (
-            f"the table exists; the engine has no verdict for it yet (`engine.{experiment}.claims`) — see the page"
+            f"the table exists and no verdict rule reads it (`engine.experiments.{experiment}` has none) — see the page"
         )
         link |= {"query_params": query}
         card(spec["card"], spec["text"], spec["paper"], measured, found["scale"], "pending", link)
