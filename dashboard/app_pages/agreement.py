@@ -168,7 +168,7 @@ else:
     ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
 gpu_ladder = table.preset in results.LADDER_PARTNER or results.ladder_partner(table.preset) is not None
 if task == "parity" and gpu_ladder and not probing:  # the GPU study's rules over both devices' ladders
-    st.subheader("The GPU study's rules over both devices")
+    st.subheader("The GPU study's rules over the ladder")
     st.caption(
         "Written before any GPU run (docs/gpu-study.md, “Predictions and rules”): the slope of per-seed damage "
         "against log10(parameters) over every rung, its 95% CI from a bootstrap that resamples seeds 0–3 jointly "
@@ -176,7 +176,9 @@ if task == "parity" and gpu_ladder and not probing:  # the GPU study's rules ove
         "seeds); collapse per rung by E2 (d)'s criteria at n = T, the median seed deciding; the bridge's GPU "
         "seeds against the CPU's (Mann–Whitney per n; reported, not judged). Held-out mean."
     )
-    st.dataframe(data.ladder_rules(table.preset)[["claim", "outcome", "measured"]], hide_index=True)
+    rules = data.ladder_rules(table.preset)[["claim", "outcome", "measured"]]
+    st.dataframe(rules, hide_index=True, height=36 * (len(rules) + 1) + 4,  # every rule in view, none scrolled away
+                 column_config={"measured": st.column_config.TextColumn(width="large")})  # fmt: skip
     st.markdown(f"**What it says about the paper's collapse.** {data.ladder_reading(table.preset)}")
 
 st.header("4 · The rescale surgery")
