@@ -524,13 +524,19 @@ def loss_text(loss) -> str:
 
 
 @memoized()
-def loss_chart(curve: pd.DataFrame) -> alt.Chart:
-    """Training loss per step (the manifest's subsampled curve): log scale, or linear where a loss is 0
-    (loss_scale); non-finite losses are dropped (they cannot be placed on either scale)."""
+def finite_losses(curve: pd.DataFrame) -> tuple[pd.DataFrame, str, alt.Scale]:
+    """A loss curve's finite rows (others cannot be placed on either scale), its scale's name (loss_scale) and the
+    y scale that draws it."""
     loss = pd.to_numeric(curve["loss"], errors="coerce")
     curve = curve[loss.notna() & (loss.abs() != float("inf"))]
     scale = loss_scale(curve)
-    y_scale = alt.Scale(type="log") if scale == "log" else alt.Scale(type="linear", zero=True)
+    return curve, scale, alt.Scale(type="log") if scale == "log" else alt.Scale(type="linear", zero=True)
+
+
+def loss_chart(curve: pd.DataFrame) -> alt.Chart:
+    """Training loss per step (the manifest's subsampled curve): log scale, or linear where a loss is 0
+    (loss_scale); non-finite losses are dropped (they cannot be placed on either scale)."""
+    curve, scale, y_scale = finite_losses(curve)
     title = f"training loss (cross-entropy, nats; {scale} scale)"
     return (
         alt.Chart(curve)
@@ -721,10 +727,7 @@ def compare_runs_chart(curves: pd.DataFrame, metric_title: str) -> alt.Chart:
 
 def compare_loss_chart(curves: pd.DataFrame) -> alt.Chart:
     """Several runs' training loss (their manifests' curves), one colour a run, on loss_scale's scale."""
-    loss = pd.to_numeric(curves["loss"], errors="coerce")
-    curves = curves[loss.notna() & (loss.abs() != float("inf"))]
-    scale = loss_scale(curves)
-    y_scale = alt.Scale(type="log") if scale == "log" else alt.Scale(type="linear", zero=True)
+    curves, scale, y_scale = finite_losses(curves)
     return (
         alt.Chart(curves)
         .mark_line()

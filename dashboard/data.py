@@ -23,6 +23,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, results
+from dashboard.matrix import DRILL
 from dashboard.results import OWN_FOLDER, catalog, presets, results_root, table_path, tables_state  # noqa: F401
 from dashboard.ui import as_text  # what a visitor typed, shown as text
 from engine.core import stats
@@ -627,7 +628,7 @@ def rungs(preset_name: str, task: str, level: str, part: str = "ladder") -> pd.D
 
 # ---------------------------------------------------------------- a verdict, opened: the values its rule read
 
-DRILL_EXPERIMENTS = ("e2", "e4", "e5")  # tables of runs by seed and n (E3's refits: its own page; E1: Ouro's)
+DRILL_EXPERIMENTS = DRILL  # tables of runs by seed and n (dashboard.matrix: the cells that open them)
 DRILL_BY = ["arch", "trained_loops", "boundary"]  # one row per model and run mode, per seed
 
 

@@ -169,7 +169,7 @@ def rows(study: str, root: Path | None = None) -> list[dict]:
     return out
 
 
-DRILL = ("e2", "e4", "e5")  # verdicts over runs by seed and n (dashboard.data.DRILL_EXPERIMENTS): a cell opens them
+DRILL = ("e2", "e4", "e5")  # verdicts over runs by seed and n (E3's refits: its page; E1: Ouro's): a cell opens them
 KIND = {"green": "yes", "red": "no", "orange": "mixed", "gray": "none", "blue": "other"}
 STYLE = """<style>
 table.verdicts{border-collapse:collapse;width:100%;font-size:.8rem;line-height:1.25;table-layout:fixed}
