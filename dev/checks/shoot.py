@@ -1,6 +1,6 @@
-"""Screenshots for issue 43: every page and the report at 1400x900 (full page), on the shipped results.
+"""Screenshots: every page and the report at 1400x900 (full page), on the shipped results.
 
-    .venv/bin/python dev/screens/issue43/shoot.py OUTDIR [URL]   # URL: a running server (else one is started)
+    .venv/bin/python dev/checks/shoot.py OUTDIR [URL]   # URL: a running server (else one is started)
 
 Prints each page's height in px (the main block's scrollHeight) and the report's build seconds."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dashboard.serve import wait_until_healthy  # noqa: E402
 
