@@ -19,7 +19,7 @@ import pandas as pd
 
 from dashboard import charts, matrix, results
 from dashboard.results import catalog  # noqa: F401  (one definition, shared with the dashboard)
-from engine import paper
+from engine import paper, studies
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.experiments import REGISTRY, e3, e4, verdicts
@@ -39,24 +39,43 @@ h1{font-size:1.7em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-to
 figure{margin:.6em 0}figure svg{width:100%;height:auto}figcaption{font-size:.9em;color:#444}
 table{border-collapse:collapse;font-size:.88em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 pre{background:#f5f5f5;padding:10px;overflow-x:auto}
+h3.task{margin:1.2em 0 .3em}figure h3{margin:.2em 0}
 """
 
 
 def chosen_tables(root: Path, preset_name: str | None = None) -> dict[str, str]:
-    """{experiment: preset}: the given preset where its table exists, else the largest present outside the studies
-    with a folder of their own (results.OWN_FOLDER: the GPU study has a section of its own, own_studies)."""
+    """{experiment: preset}: the tables of one study (report_study: the given preset, else the default study), and
+    E1's first table (named by the model it probes, not by a study: its section says so). A study's report never
+    borrows another study's table for an experiment it did not run (issue 60, item 5)."""
+    study = report_study(root, preset_name)
     chosen = {}
     for e, p in catalog(root).items():
-        shared = [x for x in p if x not in results.OWN_FOLDER]
-        if preset_name in p or shared:
-            chosen[e] = preset_name if preset_name in p else shared[0]
+        if e == "e1":
+            chosen[e] = p[0]
+        elif study in p:
+            chosen[e] = study
     return chosen
 
 
+def report_study(root: Path, preset_name: str | None = None) -> str | None:
+    """The study a report is of: the preset given, else the default study outside the studies with a folder of
+    their own (results.OWN_FOLDER: those get a section of their own, own_studies), else the first present."""
+    if preset_name:
+        return preset_name
+    found = results.studies(root)
+    with_e2 = results.presets("e2", root)
+    shared = [s for s in found if s not in results.OWN_FOLDER]
+    return next((s for s in shared if s in with_e2), (shared or found or [None])[0])
+
+
 def own_studies(root: Path, preset_name: str | None = None) -> list[str]:
-    """The studies with a folder of their own (the GPU study) that get a section of their own: every one present
-    but the chosen study."""
-    return [s for s in results.studies(root) if s in results.OWN_FOLDER and s != preset_name]
+    """The studies with a folder of their own (the GPU study, the ladder on the CPU, ...) that get a section of
+    their own after the main study's: every one present but the main study, and none where a preset was asked for
+    (`--preset` reports that one study only)."""
+    if preset_name:
+        return []
+    main = report_study(root)
+    return [s for s in results.studies(root) if s in results.OWN_FOLDER and s != main]
 
 
 LEGEND = (
@@ -126,12 +145,17 @@ def paired_cells(drawn: dict[tuple[str, str], str]) -> list[str]:
     return cells
 
 
-def card_html(title: str, claim: dict, scale: str) -> str:
-    """E5's claim at one level: the outcome its rules name (agreement, normalisation, mixed, ...)."""
+def card_html(title: str, levels: list[dict], scale: str) -> str:
+    """E5's claim of one task: the outcome its rules name (agreement, normalisation, mixed, ...) at each level, the
+    held-out mean first, in one card (as the overview's beyond_card)."""
+    order = {lvl: i for i, lvl in enumerate(results.LEVELS)}
+    levels = sorted(levels, key=lambda c: order.get(c["level"], len(order)))
+    first = levels[0]
+    said = "<br>".join(f"{_esc(c['level'])}: {_outcome_badge(c['outcome'])} {_md(c['measured'])}" for c in levels)
     return (
-        f'<div class="card claim"><b>{_esc(title)}</b>{_outcome_badge(claim["outcome"])}'
-        f"<p>{_md(claim['text'])}</p><p><b>Predicted:</b> {_md(claim['criterion'])}<br>"
-        f"<b>Measured:</b> {_md(claim['measured'])}<br><b>Scale:</b> {_esc(scale)}</p></div>"
+        f'<div class="card claim"><b>{_esc(title)}</b>{_outcome_badge(first["outcome"])}'
+        f"<p>{_md(first['text'])}<br><b>Predicted:</b> {_md(first['criterion'])}</p><p>{said}</p>"
+        f"<p><b>Scale:</b> {_esc(scale)}</p></div>"
     )
 
 
@@ -200,9 +224,15 @@ def _mode_curves(rows: pd.DataFrame, metric: str = "accuracy") -> tuple[pd.DataF
     return label(curve), label(per_seed)
 
 
+def _tasks(found) -> list[str]:
+    """The tasks in the pages' order: parity, then chain (matrix.TASKS), then any other."""
+    found = list(found)
+    return [t for t in matrix.TASKS if t in found] + sorted(t for t in found if t not in matrix.TASKS)
+
+
 def e2_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
     out = []
-    for task in sorted(rows["task"].unique()):
+    for task in _tasks(rows["task"].unique()):
         part, items = _in_range(rows[(rows["task"] == task) & (rows["arch"] == "looped")], preset_name)
         curve, per_seed = _mode_curves(part)
         T = int(part["trained_loops"].max())
@@ -254,8 +284,9 @@ def claim_d_figures(part: pd.DataFrame, task: str, T: int, items: str) -> list[t
     return out
 
 
-def e3_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
-    summary, out = e3.summarize(rows, preset_name), []
+def e3_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -> list[tuple[str, object, str]]:
+    own = root is not None and results.table_path(root, "e3", preset_name).is_file()
+    summary, out = (summary_at(root, "e3", preset_name) if own else e3.summarize(rows, preset_name)), []
     references = pd.DataFrame(
         {
             "x": [None, None],
@@ -263,7 +294,7 @@ def e3_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
             "label": ["paper: head + last layer, full recovery", "paper: head alone ≈ 1/3"],
         }
     )
-    for task in sorted(summary["task"].unique()):
+    for task in _tasks(summary["task"].unique()):
         T = int(rows.loc[(rows["task"] == task) & (rows["arch"] == "looped"), "trained_loops"].max())
         at_t = summary[
             (summary["task"] == task) & (summary["eval_loops"] == T) & (summary["refit_target"] != e3.ORIGINAL)
@@ -290,7 +321,7 @@ def e4_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
     x, x_title = charts.X_AXES["ratio"]
     held = results.has_heldout(rows)
     level = verdicts.MEAN if held else "all difficulties"
-    for task in sorted(rows["task"].unique()):
+    for task in _tasks(rows["task"].unique()):
         task_rows = rows[(rows["task"] == task) & ((rows["split"] == "heldout") if held else True)]
         curve = e4.curves(task_rows, "ratio", "accuracy")
         for mode in ("norm", "none"):
@@ -309,7 +340,7 @@ def e4_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
 
 def e1_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, str]]:
     out = []
-    for task in sorted(rows["task"].unique()):
+    for task in _tasks(rows["task"].unique()):
         curve, _ = _mode_curves(rows[rows["task"] == task])
         T = int(rows["trained_loops"].max())
         mark = pd.DataFrame(
@@ -329,21 +360,65 @@ def e1_figures(rows: pd.DataFrame, preset_name: str) -> list[tuple[str, object, 
     return out
 
 
-def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -> list[tuple[str, object, str]]:
-    """E5 at the held-out mean (the level its headline verdicts read), by the page's own builders (charts.e5_*):
-    part 1's effects of fixed-T training, part 2's accuracy per training distribution run as trained, part 3's
-    ladder and part 4's rescale recovery. The ladder (and the rescale recovery per rung) span this study and its
-    partner on the other device (results.ladder_partners) where root holds the partner's e5 table."""
+def _state(path: Path) -> tuple:
+    try:
+        st = path.stat()
+    except OSError:
+        return ()
+    return (st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _summary_at(experiment: str, path: str, preset_name: str, state: tuple) -> pd.DataFrame:
+    module = {"e3": e3, "e5": _e5()}[experiment]
+    return module.summarize(pd.read_parquet(path), preset_name)
+
+
+def summary_at(root: Path, experiment: str, preset_name: str) -> pd.DataFrame:
+    """engine.experiments.<e3|e5>.summarize of a study's table, once per state of the file: the report reads E5's
+    summary for its figures, its partner's ladder and the rules, and E3's for its figures and E5's E3 markers."""
+    path = results.table_path(root, experiment, preset_name)
+    return _summary_at(experiment, str(path), preset_name, _state(path))
+
+
+def _e5():
     from engine.experiments import e5
 
-    summary, out = e5.summarize(rows, preset_name), []
+    return e5
+
+
+def e3_marks(root: Path | None, preset_name: str, task: str, T: int) -> pd.DataFrame | None:
+    """E3's refits at n = T, the last refit step, at the held-out (in-range) mean, as labelled references: the
+    diamonds the Agreement page draws on the rescale figure (its own code, dashboard/app_pages/agreement.py)."""
+    if root is None or not results.table_path(root, "e3", preset_name).is_file():
+        return None
+    refits = summary_at(root, "e3", preset_name)
+    last = refits[(refits["task"] == task) & (refits["eval_loops"] == T) & refits["mean"].notna()]
+    last = last[last["refit_steps"] == last["refit_steps"].max()]
+    if last.empty:
+        return None
+    labels = [f"E3 {t}, {int(k)} steps" for t, k in last[["refit_target", "refit_steps"]].to_numpy()]
+    return pd.DataFrame({"x": [float(T)] * len(last), "y": last["mean"].to_numpy(), "label": labels})
+
+
+def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -> list[tuple[str, object, str]]:
+    """E5 at the held-out mean (the level its headline verdicts read), by the page's own builders (charts.e5_*), in
+    the page's order: part 1's effects of fixed-T training, part 2's accuracy per training distribution run as
+    trained, part 3's ladder, part 4's rescale recovery (with E3's refits at n = T as diamonds, as the page draws
+    them) and per rung. The ladder (and the rescale recovery per rung) span this study and its partner
+    (results.ladder_partners) where root holds the partner's e5 table: the caption names the partner's table."""
+    e5 = _e5()
+    own = root is not None and results.table_path(root, "e5", preset_name).is_file()
+    summary, out = (summary_at(root, "e5", preset_name) if own else e5.summarize(rows, preset_name)), []
     probing = root is not None and results.probe_open(preset_name, root) is not None
     summaries = {} if probing else {preset_name: summary}  # while probing, its own rung is a rejected candidate's
     partner = results.ladder_partner(preset_name, root) if root is not None else None
     if partner:
-        summaries[partner] = e5.summarize(pd.read_parquet(results.table_path(root, "e5", partner)), partner)
+        summaries[partner] = summary_at(root, "e5", partner)
+    from_partner = (f" Rungs from the `{partner}` study's table (e5-{partner}.parquet) beside this study's own: the "
+                    "ladder spans both." if partner else "")  # fmt: skip
     level = verdicts.MEAN if verdicts.MEAN in set(summary["level"]) else sorted(summary["level"].unique())[0]
-    for task in sorted(summary["task"].unique()):
+    for task in _tasks(summary["task"].unique()):
         s = summary[(summary["task"] == task) & (summary["level"] == level)]
         T = int(s["trained_loops"].iloc[0])
         at_scale, fixed = e5.own_scale(s), f"fixed:{T}"
@@ -371,7 +446,18 @@ def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -
                     f"{int(points['n'].min())}.")  # fmt: skip
             chart = charts.ladder_chart(points, paper.PAPER_PARAMS)
             out.append((f"E5 · {task}: the surgery's damage against scale ({level})", chart,
-                        what + charts.devices_note(points, T)))  # fmt: skip
+                        what + charts.devices_note(points, T) + from_partner))  # fmt: skip
+        rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
+        rescale = rescale[rescale["eval_loops"] >= T].sort_values("eval_loops")
+        one_model = len(rescale[["params", "train_steps"]].drop_duplicates()) == 1  # else per rung, below
+        if one_model and rescale["mean"].notna().any() and not probing:
+            marks = e3_marks(root, preset_name, task, T)
+            chart, stats_ = charts.e5_rescale(rescale, T, marks)
+            what = f"{task}, {level}, trained `{fixed}`: the rescale surgery's recovery per seed, damaged seeds only. "
+            what += ("Diamonds: E3's refits at n = T (the last refit step, e3.summarize). " if marks is not None
+                     else "No E3 refits in this study: no diamonds. ")  # fmt: skip
+            out.append((f"E5 · {task}: rescale surgery recovery ({level})", chart,
+                        charts.point_caption(stats_, None, what)))  # fmt: skip
         per_rung = charts.rung_points(summaries, task, level, "rescale")
         if len(per_rung[["params", "steps", "device"]].drop_duplicates()) > 1:
             per_rung = per_rung if per_rung["device"].nunique() > 1 else per_rung.drop(columns=["device", "study"])
@@ -379,15 +465,7 @@ def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -
                     "damaged seeds only.")  # fmt: skip
             chart = charts.ladder_chart(per_rung, paper.PAPER_PARAMS, "recovery (fraction regained)")
             out.append((f"E5 · {task}: rescale surgery recovery per rung ({level})", chart,
-                        what + charts.devices_note(per_rung, T)))  # fmt: skip
-        rescale = at_scale[(at_scale["part"] == "rescale") & (at_scale["train_loops"] == fixed)]
-        rescale = rescale[rescale["eval_loops"] >= T].sort_values("eval_loops")
-        one_model = len(rescale[["params", "train_steps"]].drop_duplicates()) == 1  # else per rung, above
-        if one_model and rescale["mean"].notna().any() and not probing:
-            chart, stats_ = charts.e5_rescale(rescale, T)
-            what = f"{task}, {level}, trained `{fixed}`: the rescale surgery's recovery per seed, damaged seeds only. "
-            out.append((f"E5 · {task}: rescale surgery recovery ({level})", chart,
-                        charts.point_caption(stats_, None, what)))  # fmt: skip
+                        what + charts.devices_note(per_rung, T) + from_partner))  # fmt: skip
     return out
 
 
@@ -505,68 +583,159 @@ def _table_html(header: list[str], body: list[list]) -> str:
 # ---------------------------------------------------------------- the page
 
 
-def study_html(root: Path, tables: dict[str, str], prefix: str = "") -> list[str]:
-    """One study's claims, figures, provenance and commands ({experiment: preset}), headed `prefix` + Claims, ...:
-    the report's parts, the main study's and the GPU study's alike."""
-    frames, figures, problems, parts = {}, [], [], []
+PAGES = (  # the dashboard's pages (dashboard/app.py), each page's own title as the report's heading of its part
+    ("overview", "Overview"),
+    ("accuracy", "Accuracy vs depth"),
+    ("norms", "Norm trajectories"),
+    ("refit", "Readout refit (E3)"),
+    ("stacked", "Looped vs stacked (E4)"),
+    ("agreement", "Agreement tested directly (E5, beyond the paper)"),
+    ("ouro", "Ouro (E1)"),
+)
+FIGURE_NAME = re.compile(r"^(E\d)( \(d\))? · (\S+?):")  # "E2 (d) · parity: ...": experiment, claim (d), task
+
+
+def page_of(title: str) -> tuple[str, str]:
+    """(page, task) of a figure by its title: E2's claim (d) on Norm trajectories, the rest of E2 on Accuracy vs
+    depth, E3 on the refit page, E4 on Looped vs stacked, E5 on Agreement, E1 on Ouro."""
+    m = FIGURE_NAME.match(title)
+    if not m:
+        return "overview", ""
+    page = {"E1": "ouro", "E2": "norms" if m.group(2) else "accuracy", "E3": "refit", "E4": "stacked",
+            "E5": "agreement"}.get(m.group(1), "overview")  # fmt: skip
+    return page, m.group(3)
+
+
+def _figures_html(figures: list[tuple[str, object, str]]) -> str:
+    """One page's figures grouped by task, parity first (matrix.TASKS): each task a heading and its own grid, so no
+    row of the grid pairs two tasks."""
+    by_task: dict[str, list] = {}
+    for title, chart, caption in figures:
+        by_task.setdefault(page_of(title)[1], []).append((title, chart, caption))
+    out = []
+    for task in _tasks(by_task):
+        drawn = "".join(f'<figure class="figure"><h3>{_esc(t)}</h3>{_svg(c)}<figcaption>{_md(cap)}</figcaption>'
+                        "</figure>" for t, c, cap in by_task[task])  # fmt: skip
+        out.append(f'<h3 class="task">{_esc(task)}</h3><div class="figures">{drawn}</div>')
+    return "".join(out)
+
+
+def _cards_html(experiment: str, rows: pd.DataFrame, preset_name: str, root: Path) -> tuple[str, str | None]:
+    """One experiment's cards (the overview's "every card"): one per claim and task, parity beside chain."""
+    found, rules, problem = claims(experiment, rows, preset_name, root)
+    seeds = sorted(int(s) for s in rows["seed"].unique())
+    scale = f"{experiment}-{preset_name}.parquet: {preset_name} preset, {len(seeds)} seed(s)"
+    if found is None:
+        return f"<p>No verdicts: the engine gives none for {experiment} ({_esc(scale)}).</p>", problem
+    name = TITLES.get(experiment, experiment)
+    if rules == "verdicts":
+        found = results.rule_cards(experiment, found)
+        drawn = {(c["claim"], c["task"]): rule_card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale,
+                                                         experiment) for c in found}  # fmt: skip
+    else:  # E5: both levels of a claim and task in one card, the held-out mean first
+        grouped: dict[tuple, list[dict]] = {}
+        for c in found:
+            grouped.setdefault((c["claim"], c["task"]), []).append(c)
+        drawn = {(claim, task): card_html(f"{name}: {claim} · {task}", levels, scale)
+                 for (claim, task), levels in grouped.items()}  # fmt: skip
+    return f'<div class="cards">{"".join(paired_cells(drawn))}</div>', problem
+
+
+@functools.lru_cache(maxsize=8)
+def _rules(root: str, study: str, partner: str | None, state: tuple) -> list:
+    from engine.experiments import ladder
+
+    tables = {p: pd.read_parquet(results.table_path(Path(root), "e5", p)) for p in (study, partner) if p}
+    tables = results.by_device(tables)
+    return ladder.rules(tables.get("cpu"), tables.get("gpu"), ladder.every_rung(study))
+
+
+def ladder_rules(root: Path, study: str) -> list:
+    """engine.experiments.ladder.rules over this study's E5 ladder and its partner's, once per state of the two
+    tables (the report reads them on the overview or the Agreement part, and in the reading under them)."""
+    partner = results.ladder_partner(study, root)
+    state = tuple(_state(results.table_path(root, "e5", p)) for p in (study, partner) if p)
+    return _rules(str(root), study, partner, state)
+
+
+def study_html(root: Path, tables: dict[str, str], prefix: str = "", level: int = 2) -> list[str]:
+    """One study's report laid out as the dashboard's pages (PAGES, each page's title its heading, `prefix` before
+    it): the overview (the study's note, the verdict matrix, for a study of the ladder alone its rules and figure,
+    every card), then each page's figures grouped by task, then provenance and the commands. {experiment: preset}:
+    the study's tables (E1's named by its model: its part says so)."""
+    frames, problems, parts = {}, [], []
     for experiment, preset_name_ in tables.items():
         try:
             frames[experiment] = pd.read_parquet(results.table_path(root, experiment, preset_name_))
         except Exception as e:
             problems.append(f"{experiment}-{preset_name_}.parquet could not be read ({type(e).__name__})")
     tables = {e: p for e, p in tables.items() if e in frames}
-    parts.append(f"<h2>{prefix}Claims</h2>")
     study = next((p for e, p in tables.items() if e != "e1"), None)
-    if study:  # the overview's first screen: one row per claim, parity beside chain
-        say(f"{study}: verdicts")
+    h = f"h{level}"
+    say(f"{study}: verdicts")
+    parts.append(f"<{h}>{prefix}Overview</{h}>")
+    if study:
+        entry = STUDY_ENTRIES.get(study)
+        if study == "cpu-ladder":  # the entry's note assumes the `cpu` study's rungs; the probe's recipe decides
+            below = CPU_LADDER_BELOW[results.same_recipe(study, "cpu", root)]
+            parts.append(f"<p class='note'>{_md(CPU_LADDER + below)}</p>")
+        elif entry is not None:
+            parts.append(f"<p class='note'>{_md(entry.note)}</p>")
+        if below_bar := results.recipe_below_bar(study, root):
+            parts.append(f"<p>{_md(below_bar)}</p>")
         found = [r for r in matrix.rows(study, root) if not r["note"] or r["experiment"] in tables]
         parts.append(matrix.matrix_html(found, study, links=False) + f"<p class='legend'>{_esc(LEGEND)}</p>")
+        elsewhere = [(e, results.presets(e, root)) for e in ("e2", "e3", "e4", "e5") if e not in tables]
+        elsewhere = [(e, p) for e, p in elsewhere if p]
+        if elsewhere:
+            parts.append(f"<p class='scope'>Not part of the <code>{_esc(study)}</code> study, so not in this "
+                         "report: " + "; ".join(f"{e.upper()} (its tables are other studies': "
+                                                f"{', '.join(f'<code>{_esc(x)}</code>' for x in p)})"
+                                                for e, p in elsewhere)
+                         + ". Each has its own report: <code>loopscope report --preset STUDY</code>.</p>")  # fmt: skip
+    figures: dict[str, list] = {}
     for experiment, preset_name_ in tables.items():
-        rows = frames[experiment]
-        found, rules, problem = claims(experiment, rows, preset_name_, root)
-        problems += [problem] if problem else []
-        seeds = sorted(int(s) for s in rows["seed"].unique())
-        scale = f"{experiment}-{preset_name_}.parquet: {preset_name_} preset, {len(seeds)} seed(s)"
-        parts.append(f"<h3>{_esc(TITLES.get(experiment, experiment))}</h3>")
-        if found is None:
-            parts.append(f"<p>No verdicts: the engine gives none for {experiment} ({_esc(scale)}).</p>")
-            continue
-        name = TITLES.get(experiment, experiment)
-        if rules == "verdicts":
-            found = results.rule_cards(experiment, found)
-            drawn = {(c["claim"], c["task"]): rule_card_html(f"{name} ({c['claim']}) · {c['task']}", c, scale,
-                                                             experiment) for c in found}  # fmt: skip
-        else:  # E5: both levels of a claim and task in one card
-            drawn = {}
-            for c in found:
-                title = f"{name}: {c['claim']} · {c['task']}, {c['level']}"
-                drawn[(c["claim"], c["task"])] = drawn.get((c["claim"], c["task"]), "") + card_html(title, c, scale)
-        parts.append(f'<div class="cards">{"".join(paired_cells(drawn))}</div>')
-    for problem in problems:
-        parts.append(f'<p class="problem"><b>Problem:</b> {_esc(problem)}</p>')
-    parts.append(f"<h2>{prefix}Figures</h2>")
-    for experiment, preset_name_ in tables.items():
-        how = {"root": root} if experiment == "e5" else {}  # E5's ladder spans its partner on the other device
+        how = {"root": root} if experiment in ("e3", "e5") else {}  # E5's ladder spans its partner; E3's markers
         say(f"{experiment}-{preset_name_}: figures")
         try:
-            figures += FIGURES[experiment](frames[experiment], preset_name_, **how) if experiment in FIGURES else []
+            for fig in FIGURES[experiment](frames[experiment], preset_name_, **how) if experiment in FIGURES else []:
+                figures.setdefault(page_of(fig[0])[0], []).append(fig)
         except Exception as e:
-            parts.append(f"<p class='problem'>{experiment}: figures could not be drawn ({_esc(type(e).__name__)}: "
-                         f"{_esc(e)})</p>")  # fmt: skip
-    drawn = []
-    say(f"{len(figures)} figures to SVG")
-    for title, chart, caption in figures:
-        drawn.append(f'<figure class="figure"><h3>{_esc(title)}</h3>{_svg(chart)}<figcaption>{_md(caption)}'
-                     "</figcaption></figure>")  # fmt: skip
-    parts.append(f'<div class="figures">{"".join(drawn)}</div>')
+            problems.append(f"{experiment}: figures could not be drawn ({type(e).__name__}: {e})")
+    first_screen = study is not None and study in STUDY_ENTRIES and STUDY_ENTRIES[study].ladder_only
+    rules = rules_html(root, study, level + 1) if study else []
+    if first_screen and rules:  # a study of the ladder alone: its rules and their figure on the first screen
+        ladder = [f for f in figures.get("agreement", []) if "damage against scale" in f[0]]
+        parts += rules + ([_figures_html(ladder)] if ladder else [])
+        figures["agreement"] = [f for f in figures.get("agreement", []) if f not in ladder]  # drawn once
+    order = {e: i for i, e in enumerate(("e2", "e3", "e4", "e1", "e5"))}  # the overview's sections' order
+    for experiment in sorted(tables, key=lambda e: order.get(e, len(order))):
+        parts.append(f"<h{level + 1}>{prefix}{_esc(TITLES.get(experiment, experiment))}: every card</h{level + 1}>")
+        cards, problem = _cards_html(experiment, frames[experiment], tables[experiment], root)
+        problems += [problem] if problem else []
+        parts.append(cards)
+    for problem in problems:
+        parts.append(f'<p class="problem"><b>Problem:</b> {_esc(problem)}</p>')
+    say(f"{sum(map(len, figures.values()))} figures to SVG")
+    for page, heading in PAGES[1:]:
+        if not figures.get(page) and not (page == "agreement" and rules and not first_screen):
+            continue
+        parts.append(f'<{h} id="{_esc(prefix.strip(" ·"))}{page}">{prefix}{_esc(heading)}</{h}>')
+        if page == "ouro" and "e1" in tables:
+            parts.append(f"<p class='scope'>E1's table <code>e1-{_esc(tables['e1'])}.parquet</code> is named by the "
+                         "model it probes, not by a study: the same part in every study's report.</p>")  # fmt: skip
+        parts.append(_figures_html(figures.get(page, [])))
+        if page == "agreement" and rules and not first_screen:
+            parts += rules
     if tables:
         header, body = provenance(root, tables, frames)
-        parts.append(f"<h2>{prefix}Provenance</h2>{_table_html(header, body)}")
-        parts.append(f"<h2>{prefix}Reproduce</h2><pre>" + _esc("\n".join(commands(tables, frames, root=root)))
+        parts.append(f"<{h}>{prefix}Provenance</{h}>{_table_html(header, body)}")
+        parts.append(f"<{h}>{prefix}Reproduce</{h}><pre>" + _esc("\n".join(commands(tables, frames, root=root)))
                      + "</pre>")  # fmt: skip
     return parts
 
 
+STUDY_ENTRIES = studies.STUDIES
 CPU_LADDER = (
     "The GPU study's ladder above 412k parameters (1.6M, 5.3M and the paper's 19M) trained on the CPU in fp32, the "
     "precision of every lower rung, one seed a group, under the GPU study's rules unchanged (docs/gpu-study.md); its "
@@ -596,52 +765,94 @@ def probe_html(root: Path, study: str) -> list[str]:
             "(docs/gpu-study.md).</p>" + _table_html(header, body)]  # fmt: skip
 
 
-def ladder_rules_html(root: Path, study: str) -> list[str]:
-    """The GPU study's rules over both devices' ladders (engine.experiments.ladder.rules) as a table, where the
-    study has an E5 table (its partner's on the CPU read beside it where root holds one)."""
+def rules_heading(root: Path, study: str) -> str:
+    """The rules' heading: "both devices' ladders" only where the ladder spans two devices (the GPU study and the
+    `cpu` study's rungs); the Agreement page's words otherwise."""
+    partner = results.ladder_partner(study, root)
+    devices = {results.device_of(p) for p in (study, partner) if p}
+    return "the rules over both devices' ladders" if len(devices) > 1 else "the GPU study's rules over the ladder"
+
+
+def rules_html(root: Path, study: str, level: int = 3) -> list[str]:
+    """The GPU study's rules over the ladder, where the study's entry reads them (engine.studies: ladder_rules):
+    its trend, collapse per rung and bridge, and the reading with the rescale verdicts per rung."""
+    entry = STUDY_ENTRIES.get(study)
+    if entry is None or not entry.ladder_rules:
+        return []
+    return ladder_rules_html(root, study, level)
+
+
+def ladder_rules_html(root: Path, study: str, level: int = 3) -> list[str]:
+    """The GPU study's rules over the ladder (engine.experiments.ladder.rules) as a table, where the study has an
+    E5 table (its partner's, on the same device or the other, read beside it where root holds one)."""
     from engine.experiments import ladder
 
     if study not in results.presets("e5", root):
         return []
+    h = f"h{level}"
+    heading = f"<{h}>{_esc(study)} · {rules_heading(root, study)}</{h}>"
     if probing := results.probe_open(study, root):
-        return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>{_md(probing)}</p>"]
+        return [f"{heading}<p>{_md(probing)}</p>"]
     below_bar = results.recipe_below_bar(study, root)
     partner = results.ladder_partner(study, root)
-    tables = results.by_device({p: pd.read_parquet(results.table_path(root, "e5", p)) for p in (study, partner) if p})
-    rules = ladder.rules(tables.get("cpu"), tables.get("gpu"), ladder.every_rung(study))
+    rules = ladder_rules(root, study)
     found = [dict(claim=r.claim, outcome=r.outcome, measured=r.measured) for r in rules]
     said = ladder.reading(found, results.claims("e5", study, root)["claims"])
-    return [f"<h3>{_esc(study)} · the rules over both devices' ladders</h3><p>Written before any GPU run "
-            "(docs/gpu-study.md, “Predictions and rules”); held-out mean; the bridge rung counted once, with the CPU's "
-            f"seeds.</p>" + (f"<p>{_md(below_bar)}</p>" if below_bar else "")
+    read = (f" The rungs of the <code>{_esc(partner)}</code> study's table (e5-{_esc(partner)}.parquet) are read "
+            "beside this study's." if partner else "")  # fmt: skip
+    return [f"{heading}<p>Written before any GPU run (docs/gpu-study.md, “Predictions and rules”): trend, collapse per "
+            f"rung by E2 (d)'s criteria, the bridge; held-out mean; the bridge rung counted once, with the CPU's "
+            f"seeds.{read}</p>" + (f"<p>{_md(below_bar)}</p>" if below_bar else "")
             + _table_html(["claim", "outcome", "measured"],
                           [[r.claim, r.outcome, r.measured] for r in rules])
             + f"<p><strong>What it says about the paper's collapse.</strong> {_esc(said)}</p>"]  # fmt: skip
 
 
+def study_title(study: str) -> tuple[str, str]:
+    """(heading, text) of a study with a folder of its own, by what it is (engine.studies): never "the GPU study"
+    for a CPU one."""
+    if study == "cpu-ladder":
+        return "The GPU study's ladder on the CPU", CPU_LADDER
+    if results.device_of(study) == "GPU":
+        return "The GPU study", GPU_STUDY
+    entry = STUDY_ENTRIES.get(study)
+    return "A study of its own folder", _md(entry.note) if entry else ""
+
+
 def html(root: Path, preset_name: str | None = None) -> str:
-    """The report for the tables under root (at preset_name where present, else the largest of each outside the
-    studies with a folder of their own), then each of those (the GPU study) as its own section (own_studies)."""
+    """The report of one study (the preset given, else the default study: report_study), laid out as the pages;
+    without a preset, each study with a folder of its own (the GPU study, the ladder on the CPU) follows as its own
+    section (own_studies). With a preset, that study only."""
     root = Path(root)
     tables, own = chosen_tables(root, preset_name), own_studies(root, preset_name)
     where = _esc(shown_path(root))
-    study = preset_name or next((p for e, p in tables.items() if e != "e1"), None)
+    study = report_study(root, preset_name)
     named = f", study <code>{_esc(study)}</code>" if study else ""
+    alone = (" It reports this one study: every matrix row, card and figure is from its own tables (E1's, named by "
+             "its model, excepted)." if preset_name else "")  # fmt: skip
     parts = [f"<h1>loopscope: does depth stay reusable?</h1><p>Static report of <code>{where}</code>{named}, written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Each card is one claim of the paper: its figure, "
-             "the measured one, and a verdict by the study's rules (docs/design.md, “Verdict rules”).</p>"]  # fmt: skip
+             "the measured one, and a verdict by the study's rules (docs/design.md, “Verdict rules”)."
+             f"{alone}</p>"]  # fmt: skip
     if not tables and not own:
         parts.append(f"<p>No experiment tables under <code>{where}</code>: run <code>loopscope run e2 "
                      "--preset cpu</code> first.</p>")  # fmt: skip
+    if study and not any(e != "e1" for e in tables) and tables:
+        parts.append(f"<p class='problem'>No table of the <code>{_esc(study)}</code> study under <code>{where}</code>."
+                     "</p>")  # fmt: skip
     parts += study_html(root, tables) if tables else []
-    if study in results.OWN_FOLDER and study not in own:  # a study of its own folder chosen: its probe and rules too
-        parts += probe_html(root, study) + ladder_rules_html(root, study)
+    if study in results.OWN_FOLDER:  # a study of its own folder chosen: where its runs were made, its probe
+        made = results.study_provenance(root, study)
+        if made:
+            header = [*results.PROVENANCE, "runs"]
+            parts.append(f"<h3>{_esc(study)} · {results.device_of(study)} provenance</h3>"
+                         + _table_html(header, [[r[h] for h in header] for r in made]))  # fmt: skip
+        parts += probe_html(root, study)
     for study in own:
         folder = results.study_root(root, study)
         smoke = " This one is its structure at a size the CPU runs in seconds: not a result." * (study == "gpu-smoke")
-        below = CPU_LADDER_BELOW[results.same_recipe(study, "cpu", root)]
-        title, text = ("The GPU study's ladder on the CPU", CPU_LADDER + below) if study == "cpu-ladder" else (
-            "The GPU study", GPU_STUDY)  # fmt: skip
+        title, text = study_title(study)
+        text += CPU_LADDER_BELOW[results.same_recipe(study, "cpu", root)] if study == "cpu-ladder" else ""
         parts.append(f'<h2 id="study-{_esc(study)}">{title} (<code>{_esc(study)}</code>)</h2><p>{text}'
                      f"{smoke} Folder: <code>{_esc(shown_path(folder))}</code>.</p>")  # fmt: skip
         made = results.study_provenance(root, study)
@@ -650,7 +861,7 @@ def html(root: Path, preset_name: str | None = None) -> str:
             parts.append(f"<h3>{_esc(study)} · {results.device_of(study)} provenance</h3>"
                          + _table_html(header, [[r[h] for h in header] for r in made]))  # fmt: skip
         parts += study_html(root, {e: study for e, p in catalog(root).items() if study in p}, f"{study} · ")
-        parts += probe_html(root, study) + ladder_rules_html(root, study)
+        parts += probe_html(root, study)
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>loopscope report</title>'
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip
