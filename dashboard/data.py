@@ -26,6 +26,7 @@ from dashboard import charts, results
 from dashboard.matrix import DRILL
 from dashboard.results import OWN_FOLDER, catalog, presets, results_root, table_path, tables_state  # noqa: F401
 from dashboard.ui import as_text  # what a visitor typed, shown as text
+from engine import studies
 from engine.core import stats
 from engine.core.presets import train_ranges
 from engine.core.store import RESULT_COLUMNS, CorruptRun, Store, weights_not_kept
@@ -373,7 +374,7 @@ def _run_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | N
             "T": cfg["model"]["trained_loops"],
             "seed": m["seed"],
             "steps": m.get("steps"),
-            "final loss": m.get("final_loss"),
+            "final loss": loss_shown(m.get("final_loss"), m.get("loss_curve")),
             # a seed group trains as one batched model: its wall time once, on the group's first seed
             "group wall (s)": m.get("wall_time_s") if m["seed"] == min(m.get("group") or [m["seed"]]) else None,
             "weights": "kept" if weights_not_kept(m) is None else "not kept",
@@ -400,19 +401,146 @@ def run_id(folder: str, key: str) -> str:
     return f"{folder}/{key}" if folder else key
 
 
+def store_tables(root: Path, own: bool = False) -> tuple:
+    """(path, size, mtime) of the experiment tables (E1's aside) in one store's folder that the engine writes there:
+    a study's own folder holds its study's, the results folder those of the studies without a folder of their own;
+    `own`: every study's (the workbench, where jobs write each study's tables)."""
+    if not root.is_dir():
+        return ()
+    found = []
+    for p in sorted(root.glob("e*-*.parquet")):
+        m = results.TABLE_NAME.match(p.name)
+        if m is None or m.group(1) == "e1" or m.group(2) not in studies.STUDIES:
+            continue
+        if own or table_path(root, m.group(1), m.group(2)).parent == root:
+            try:
+                found.append((str(p), p.stat().st_size, p.stat().st_mtime_ns))
+            except OSError:  # removed while listed
+                continue
+    return tuple(found)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _key_studies(state: tuple) -> dict[str, str]:
+    import pyarrow.parquet as pq
+
+    found: dict[str, set[str]] = {}
+    for path, *_ in state:
+        study = results.TABLE_NAME.match(Path(path).name).group(2)
+        try:
+            keys = set(pq.read_table(path, columns=["run_key"]).column(0).to_pylist())
+        except Exception:  # a damaged table: its page says so; its runs are shown without a study
+            continue
+        for key in keys:
+            if isinstance(key, str) and results.RUN_KEY.fullmatch(key):
+                found.setdefault(key, set()).add(study)
+    return {key: ", ".join(sorted(names, key=studies.by_order().index)) for key, names in found.items()}
+
+
+def key_studies(folder: str, root: Path) -> dict[str, str]:
+    """run key -> the study (studies, comma-separated) whose tables in the store `root` hold its rows: how a run in a
+    folder shared by several studies (the results folder: `cpu`, `cpu-1layer`, ...; the workbench) is known to be
+    one study's. A run in no table there (trained but never tabled) is in none."""
+    return _key_studies(store_tables(root, own=folder == jobs.WORKBENCH))
+
+
 def runs() -> tuple[pd.DataFrame, list[str]]:
-    """Every valid cached run of every store (run_stores; column `study`: "" or its own folder's study, `run`: its
-    run_id), and a sentence for each run that could not be read."""
+    """Every valid cached run of every store (run_stores), and a sentence for each run that could not be read.
+    Columns: `study` (the study a run belongs to: its own folder's, else the study whose tables in its folder hold
+    it, "" where none does), the manifest's fields, `folder` (its store: "" the results folder, a study's own folder,
+    or jobs.WORKBENCH) and `run` (its run_id)."""
     tables, problems = [], []
     for folder, root in run_stores().items():
         state = files_state(root / "runs")  # one walk of the runs; its digest keys the table (one look-up a view)
         table, found = _runs(str(root), hashlib.sha256(repr(state).encode()).hexdigest())
-        tables += [table.assign(study=folder, run=[run_id(folder, k) for k in table["run_key"]])] if len(table) else []
         problems += found
+        if not len(table):
+            continue
+        if folder in OWN_FOLDER:  # a study's own folder: its runs are that study's
+            study = [folder] * len(table)
+        else:
+            by_key = key_studies(folder, root)
+            study = [by_key.get(k, "") for k in table["run_key"]]
+        tables.append(table.assign(study=study, folder=folder, run=[run_id(folder, k) for k in table["run_key"]]))
     if not tables:
         return pd.DataFrame(), problems
     table = pd.concat(tables, ignore_index=True)
-    return table[["study", *[c for c in table.columns if c not in ("study", "run")], "run"]], problems
+    middle = [c for c in table.columns if c not in ("study", "folder", "run")]
+    return table[["study", *middle, "folder", "run"]], problems
+
+
+@st.cache_data(max_entries=4096, show_spinner=False)
+def _refit_record(root: str, key: str, state: tuple) -> tuple[dict | None, str | None]:
+    """One stored E3 refit's row of the refits table, or why it cannot be listed (as _run_record)."""
+    store = Store(Path(root), folder="refits")
+    status = store.status(key)
+    if status != "ok":
+        return None, status.replace("run ", "refit ", 1)
+    try:
+        m = store.manifest(key)
+        refit = m.get("refit") or {}
+        schedule = [s for s in refit.get("schedule") or [] if isinstance(s, int | float)]
+        losses = m.get("final_loss") if isinstance(m.get("final_loss"), dict) else {}
+        curves = m.get("loss_curve") if isinstance(m.get("loss_curve"), dict) else {}
+        return {
+            "refit_key": key,
+            "run_key": str(m["run_key"]),
+            "seed": m["seed"],
+            "targets": ", ".join(map(str, refit.get("targets") or losses)),
+            "refit steps": int(max(schedule)) if schedule else None,
+            "final loss": "; ".join(f"{t} {loss_shown(v, curves.get(t))}" for t, v in losses.items()) or MISSING,
+            "weights": "kept" if weights_not_kept(m) is None else "not kept",
+            "device": m.get("device", ""),
+            "commit": str(m.get("git_commit", ""))[:10] + ("+dirty" if m.get("git_dirty") else ""),
+            "created": m.get("created", ""),
+        }, None
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        return None, f"refit {key}: its manifest lacks {e} (written by an older version?)"
+
+
+def refits() -> tuple[pd.DataFrame, list[str]]:
+    """Every stored E3 refit (<store>/refits/) of every store, with what it refits: `study` and `run` (the run id of
+    the run it refits, with its task, arch, trained boundary and seed where that run is listed), its targets, refit
+    steps, final loss per target and provenance; and a sentence for each refit that could not be read."""
+    listed, _ = runs()
+    by_run = listed.set_index("run") if len(listed) else pd.DataFrame()
+    records, problems = [], []
+    for folder, root in run_stores().items():
+        for key in Store(root, folder="refits").run_keys():
+            record, problem = _refit_record(str(root), key, files_state(root / "refits" / key))
+            problems += [problem] if problem else []
+            if record is None:
+                continue
+            run = run_id(folder, record["run_key"]) if results.RUN_KEY.fullmatch(record["run_key"]) else ""
+            source = by_run.loc[run] if run and run in by_run.index else None
+            facts = {c: source[c] if source is not None else "" for c in ("study", "task", "arch", "trained boundary")}
+            if source is None and folder in OWN_FOLDER:
+                facts["study"] = folder
+            records.append({"study": facts.pop("study"), "refit_key": key, "refits run": run or "—", **facts,
+                            **{k: v for k, v in record.items() if k not in ("refit_key", "run_key")}})  # fmt: skip
+    table = pd.DataFrame(records)
+    order = ["study", "task", "trained boundary", "seed"]
+    return (table.sort_values(order, ignore_index=True) if len(table) else table), problems
+
+
+MISSING = "—"  # a value a manifest does not give (never "None" or "nan" on a page)
+
+
+def loss_shown(loss, curve) -> str:
+    """A final training loss for a reader (charts.loss_text: "0 exactly" for a 0 that the run's loss curve reaches,
+    where fp32 rounds every answer's probability to 1); MISSING where there is none, where it is not finite, or where a
+    0 stands without a curve that ends near it (no loss was measured: a placeholder, not a result)."""
+    try:
+        value = float(loss)
+    except (TypeError, ValueError):
+        return MISSING
+    if not math.isfinite(value):
+        return MISSING
+    if value == 0:
+        last = curve[-1] if isinstance(curve, list) and curve else None
+        if not (isinstance(last, int | float) and not isinstance(last, bool) and abs(last) < 1e-3):
+            return MISSING
+    return charts.loss_text(value)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

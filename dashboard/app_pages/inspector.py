@@ -77,25 +77,24 @@ def whole_number(key: str, label: str, low: int, high: int, default: int, help: 
     return st.number_input(label, low, high, default, key=key, bind="query-params", help=help)
 
 
-def restore_note(key: str, manifest: dict) -> str:
-    """How to get a weightless run's weights, with the time its manifest says training and evaluation took."""
-    wall, evaluation = manifest.get("wall_time_s"), manifest.get("eval_wall_s")
+def restore_note(key: str, manifest: dict) -> tuple[str, str]:
+    """How to get a weightless run's weights, in one sentence with the command and the time its group's training and
+    evaluation take (engine.runtime.jobs.restore_seconds, as the Run page says it); and, where the maker's torch CPU
+    capability differs from this machine's, how to match its kernels ('' otherwise)."""
     group, made = manifest.get("group"), manifest.get("machine")
-    seconds = [s for s in (wall, evaluation) if isinstance(s, int | float) and s >= 0]
+    made = made if isinstance(made, dict) else {}
     seeds = len(group) if isinstance(group, list) and group else 1
-    what = f"retrains the {seeds} seeds it was trained with" if seeds > 1 else "retrains it"
+    what = f"its group of {seeds} seeds" if seeds > 1 else "it"
+    seconds = jobs.restore_seconds(manifest)
     if seconds:
-        took = sum(seconds)
-        when = f"about {took / 60:.0f} min" if took >= 60 else f"about {took:.0f} s"
-        maker = as_text(machine_text(made if isinstance(made, dict) else {}))
-        timed = "training and evaluation" if len(seconds) > 1 else "training"
-        estimate = f"{when} on the machine that made it ({maker}; its manifest's {timed} wall time), longer on a busy "
-        estimate += "or slower one"
+        estimate = (f"about {data.duration(seconds)} on the machine that made it, {as_text(machine_text(made))}; "
+                    "longer on a busy or slower one")  # fmt: skip
     else:
         estimate = "its manifest records no wall time to estimate from"
-    hint = as_text(capability_hint(made), most=300) if isinstance(made, dict) else ""
-    note = f"This run's weights are not kept here, so it cannot be inspected. `loopscope restore {key}` {what} and "
-    return f"{note}keeps the weights only where its rows come out bit for bit as stored: {estimate}. {hint}".strip()
+    note = (f"This run's weights are not kept here, so it cannot be inspected until `loopscope restore {key}` "
+            f"retrains {what} ({estimate}) and keeps them where its rows come out bit for bit as stored.")  # fmt: skip
+    hint = capability_hint(made).strip().removeprefix("(").removesuffix(")") if made else ""
+    return note, as_text(hint[:1].upper() + hint[1:] + ".", most=300) if hint else ""
 
 
 st.title("Inspector")
@@ -121,7 +120,8 @@ kept = looped[looped["kept"]]
 rank = (kept["task"] != "parity").astype(int) * 2 + (kept["trained boundary"] != "norm").astype(int)
 first = kept.assign(rank=rank).sort_values("rank", kind="stable")
 labels = {  # plain text (a manifest's values are data): shown through as_text
-    r.run: f"{r.study + ' · ' if r.study else ''}{r.experiment} · {r.task} · trained {r['trained boundary']} · "
+    r.run: f"{r.folder + ' · ' if r.folder == jobs.WORKBENCH else ''}{r.study + ' · ' if r.study else ''}"
+    f"{r.experiment} · {r.task} · trained {r['trained boundary']} · "
     f"seed {r.seed}" + ("" if r.kept else " · no weights")
     for _, r in looped.iterrows()
 }
@@ -140,7 +140,10 @@ if problem:
     st.stop()
 st.markdown(f"`{run}`: {as_text(labels[run], most=200)}")
 if weights_not_kept(manifest) is not None:
-    st.info(restore_note(key, manifest))
+    note, hint = restore_note(key, manifest)
+    st.info(note)
+    if hint:
+        st.caption(hint)
     st.stop()
 
 state = data.files_state(root / "runs" / key)

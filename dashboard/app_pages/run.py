@@ -97,8 +97,8 @@ def evaluable_runs() -> pd.DataFrame:
     table, _ = data.runs()
     if table.empty:
         return table
-    table = table[table["study"].isin(["", jobs.WORKBENCH])]
-    table = table.sort_values("study", key=lambda s: s != jobs.WORKBENCH, kind="stable").drop_duplicates("run_key")
+    table = table[table["folder"].isin(["", jobs.WORKBENCH])]
+    table = table.sort_values("folder", key=lambda s: s != jobs.WORKBENCH, kind="stable").drop_duplicates("run_key")
     return pd.concat([table[table["weights"] == "kept"], table[table["weights"] != "kept"]])
 
 
@@ -122,8 +122,8 @@ def eval_spec() -> jobs.Spec | None:
         st.info("No runs to evaluate yet: train some first.")
         return None
     labels = {
-        r.run_key: f"{r.experiment} · {r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
-        + (" · the workbench's copy" if r.study else "")
+        r.run_key: f"{r.study + ' · ' if r.study else ''}{r.experiment} · {r.task} · {r.arch} · "
+        f"{r['trained boundary']} · seed {r.seed}" + (" · the workbench's copy" if r.folder else "")
         for _, r in table.iterrows()
     }  # the option is the key itself: a bound widget writes what it displays into the URL
     kept = int((table["weights"] == "kept").sum())
@@ -257,7 +257,7 @@ def workbench() -> None:
     it) and how many runs; and how a result becomes part of a study (a command, never this page)."""
     folder = data.workbench_root()
     tables, runs = data.workbench_tables(), data.runs()[0]
-    runs = runs[runs["study"] == jobs.WORKBENCH] if len(runs) else runs
+    runs = runs[runs["folder"] == jobs.WORKBENCH] if len(runs) else runs
     st.caption(
         f"Every job here writes into `{shown_path(folder)}`, a store of its own: its runs, tables and checkpoints. "
         "The published study's runs, tables, figures and verdicts never change from this page; the pages show a "

@@ -1,12 +1,15 @@
-"""Every cached run with its provenance; runs side by side (curves, losses, config differences); one run's curves
-(accuracy per n and difficulty, training loss)."""
+"""Every cached run with its provenance and study, and every stored E3 refit with the run it refits; runs side by
+side (curves, losses, config differences); one run's curves (accuracy per n and difficulty, training loss)."""
 
 import json
 from pathlib import Path
 
+import altair as alt
+import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui, views
+from dashboard.caching import memoized
 from engine.core.store import how_to_get_weights, weights_not_kept
 from engine.runtime import jobs
 from engine.runtime.settings import redact, shown_path
@@ -15,6 +18,35 @@ from engine.runtime.settings import redact, shown_path
 def commit_text(provenance: dict) -> str:
     """A manifest's (or a rows_added entry's) commit, marked where the tree was dirty."""
     return f"`{provenance.get('git_commit', '?')}`{' (dirty)' if provenance.get('git_dirty') else ''}"
+
+
+def shown(value) -> str:
+    """A manifest's value for a reader: data.MISSING where it gives none (never "None" or "nan")."""
+    return data.MISSING if value is None or value == "" or value != value else str(value)
+
+
+def readable(table: pd.DataFrame) -> pd.DataFrame:
+    """The runs table as the page shows it: every missing value data.MISSING (never "None"), a group's wall time on
+    its first seed only (the others: MISSING); the final loss is data.loss_shown's text already."""
+    out = table.copy()
+    out["group wall (s)"] = [data.MISSING if w != w or w is None else f"{w:,.0f}" for w in out["group wall (s)"]]
+    for column in out.columns:  # only where one is missing: a whole numeric column keeps its numbers (and its sort)
+        if any(shown(v) == data.MISSING for v in out[column]):
+            out[column] = [shown(v) for v in out[column]]
+    return out
+
+
+@memoized()
+def run_figure(rows: pd.DataFrame, T: int, y_title: str) -> alt.LayerChart:
+    """charts.run_chart with its run-mode legend below the figure: beside the difficulties' legend (8-10 entries) it
+    ran past the figure's height and Streamlit cut it off after the first mode (issue 60, item 6)."""
+    chart = charts.run_chart(rows, T, y_title).copy(deep=True)  # the builder's chart is shared: never changed in place
+    for layer in chart.layer:
+        dash = getattr(getattr(layer, "encoding", None), "strokeDash", alt.Undefined)
+        named = {getattr(dash, "field", None), str(getattr(dash, "shorthand", "")).partition(":")[0]}
+        if dash is not alt.Undefined and "boundary" in named:
+            dash.legend = alt.Legend(**charts.DASH_SYMBOL, orient="bottom")
+    return chart
 
 
 st.title("Cached runs")
@@ -28,30 +60,44 @@ if table.empty:
     )
     st.stop()
 
-folders = list(dict.fromkeys(table["study"]))  # "" (the results folder), then each study's own folder (e.g. gpu)
-STUDIES = {"": "results folder"}  # the filter's label of the results folder's own runs
-if len(folders) > 1:  # a study with a folder of its own (the GPU study): its runs are listed as its own
-    names = [STUDIES.get(f, f) for f in folders]
-    chosen = ui.some_of("runs of", names, "studies", help="The results folder's runs, and those of each study kept "
-                        "in a folder of its own (the GPU study reruns a CPU config, the bridge rung, under the same "
-                        "run key).")  # fmt: skip
-    table = table[[STUDIES.get(f, f) in chosen for f in table["study"]]]
+# where a run is listed: its study (a study's own folder, or the study whose tables hold it), the workbench's copies
+# apart (jobs.WORKBENCH: the Run page links there by that name); a results-folder run in no table: "results folder"
+source = [jobs.WORKBENCH if f == jobs.WORKBENCH else s or ("results folder" if not f else f)
+          for f, s in zip(table["folder"], table["study"], strict=True)]  # fmt: skip
+names = list(dict.fromkeys(source))
+if len(names) > 1:
+    chosen = ui.some_of("runs of", names, "studies", help="Each study's runs (its own folder's, or the results "
+                        "folder's runs that its tables hold) and the workbench's, where jobs started from the "
+                        "dashboard write (the GPU study reruns a CPU config, the bridge rung, under the same run "
+                        "key).")  # fmt: skip
+    table = table[[s in chosen for s in source]]
 experiments = sorted(e for e in table["experiment"].unique() if e)
 if len(experiments) > 1:
     chosen = ui.some_of("experiments", experiments, "experiments")
     table = table[table["experiment"].isin(chosen)]
-own = [f for f in folders if f]  # studies with a folder of their own that hold runs: a `study` column says whose
+own = [f for f in dict.fromkeys(table["folder"]) if f]  # the stores besides the results folder that hold runs
 where = f"`{shown_path(data.results_root())}`" + (f" ({', '.join(f'`{f}/`' for f in own)} included)" if own else "")
-st.caption(f"{len(table)} runs under {where}: provenance from each run's manifest.json.")
-shown = table.drop(columns=["run"] + ([] if own else ["study"]))
-st.dataframe(
-    shown, hide_index=True, width="stretch", column_config={"final loss": st.column_config.NumberColumn(format="%.4g")}
+st.caption(
+    f"{len(table)} runs under {where}: provenance from each run's manifest.json; `study` is the study whose folder or "
+    f"tables hold the run, `{data.MISSING}` where a manifest gives no value (the group's wall time is on its first "
+    "seed only: the seeds of a group train together as one batched model)."
 )
+HELP = {
+    "study": "The study whose folder holds the run, or whose tables in the results folder hold its rows.",
+    "final loss": "The last training step's loss. 0 exactly: fp32 rounds every answer's probability to 1 (the loss "
+    f"curve reaches 0); {data.MISSING}: none was measured.",
+    "group wall (s)": "The wall time of the group of seeds trained together as one batched model, on its first seed.",
+}
+st.dataframe(
+    readable(table.drop(columns=["run", "folder"])), hide_index=True, width="stretch",
+    column_config={name: st.column_config.TextColumn(name, help=text) for name, text in HELP.items()},
+)  # fmt: skip
 if table.empty:
     st.stop()
 
 labels = {
-    r.run: f"{r.study + ' · ' if r.study else ''}{r.task} · {r.arch} · {r['trained boundary']} · seed {r.seed}"
+    r.run: f"{r.folder + ' · ' if r.folder == jobs.WORKBENCH else ''}{r.study + ' · ' if r.study else ''}{r.task} · "
+    f"{r.arch} · {r['trained boundary']} · seed {r.seed}"
     for _, r in table.iterrows()
 }
 
@@ -59,7 +105,7 @@ st.header("Runs side by side")
 # by default the first run listed and its twin trained with the other boundary (same study, task, arch and seed):
 # the paper's comparison, with data from the first visit; else the first two listed
 head = table.iloc[0]
-twin = table[(table["study"] == head["study"]) & (table["task"] == head["task"]) & (table["arch"] == head["arch"])
+twin = table[(table["folder"] == head["folder"]) & (table["task"] == head["task"]) & (table["arch"] == head["arch"])
              & (table["seed"] == head["seed"]) & (table["trained boundary"] != head["trained boundary"])]  # fmt: skip
 first = [head["run"], twin["run"].iloc[0]] if len(twin) else list(labels)[:2]
 picked = st.multiselect("compare", list(labels), default=first, format_func=lambda r: f"{r} · {labels[r]}",
@@ -88,6 +134,21 @@ if picked:
     elif len(picked) > 1:
         st.caption("Their configs are the same in every field, the seed included.")
 
+refits, refit_problems = data.refits()
+for problem in refit_problems:
+    st.warning(f"Skipped a damaged refit: {redact(problem)}. `loopscope run e3` with its study redoes it.")
+if len(refits):
+    st.header("Refits")
+    st.caption(
+        "A refit (E3, the Readout refit page) retrains the readout, and a layer, of one run's model run without the "
+        "norm: `refits run` is the run it starts from, in the table above (pick it under One run below); its final "
+        f"loss is per target, `{data.MISSING}` where none was measured."
+    )
+    with st.expander(f"E3 refits: {len(refits)} stored, each with the run it refits", icon=":material/tune:"):
+        st.dataframe(refits.map(shown), hide_index=True, width="stretch")
+        st.page_link(Path(__file__).parent / "refit.py", label="Their curves and verdicts: Readout refit (E3)",
+                     icon=":material/arrow_forward:")  # fmt: skip
+
 st.header("One run")
 key = ui.select(
     "run", list(labels), "run", help="The run key (a hash of the config and seed), `<study>/<key>` for a run in a "
@@ -108,19 +169,21 @@ if problem:
 cfg = manifest.get("config", {})
 model, train = cfg.get("model", {}), cfg.get("train", {})
 facts = st.columns(4)
-facts[0].metric("trained budget T", model.get("trained_loops", "?"))
-facts[1].metric("steps", manifest.get("steps", "?"))
-facts[2].metric("final loss", charts.loss_text(manifest.get("final_loss")))
+wall = manifest.get("wall_time_s")
+facts[0].metric("trained budget T", shown(model.get("trained_loops")))
+facts[1].metric("steps", shown(manifest.get("steps")))
+facts[2].metric("final loss", data.loss_shown(manifest.get("final_loss"), manifest.get("loss_curve")),
+                help="Exactly 0 where the loss curve reaches it: fp32 rounds each answer's chance to 1.")  # fmt: skip
 facts[3].metric(
     "wall time",
-    f"{manifest.get('wall_time_s', float('nan')):.1f} s",
-    help=f"Of the group of seeds {manifest.get('group', '?')} trained together as one batched model.",
+    f"{wall:.1f} s" if isinstance(wall, int | float) else data.MISSING,
+    help=f"Of the group of seeds {shown(manifest.get('group'))} trained together as one batched model.",
 )
 st.caption(
-    f"width {model.get('d_model')}, {model.get('layers_per_block')} layer(s) per block, {model.get('n_heads')} heads, "
-    f"trained boundary `{model.get('boundary')}`; batch {train.get('batch_size')}, lr {train.get('lr')}; "
-    f"commit {commit_text(manifest)}, "
-    f"{manifest.get('device', '?')}, created {manifest.get('created', '?')}"
+    f"width {shown(model.get('d_model'))}, {shown(model.get('layers_per_block'))} layer(s) per block, "
+    f"{shown(model.get('n_heads'))} heads, trained boundary `{shown(model.get('boundary'))}`; batch "
+    f"{shown(train.get('batch_size'))}, lr {shown(train.get('lr'))}; commit {commit_text(manifest)}, "
+    f"{shown(manifest.get('device'))}, created {shown(manifest.get('created'))}"
 )
 gpu = data.gpu_facts(manifest)
 if gpu:  # a GPU run: what its rounding rests on (engine.core.store.gpu_info) and how it trained
@@ -139,9 +202,10 @@ with curves_col:
     if picked.empty:
         st.info(f"This run has no `{metric}` rows.")
     else:
-        chart = charts.run_chart(picked, int(model.get("trained_loops", 1)), views.METRIC_TITLES[metric])
+        chart = run_figure(picked, int(model.get("trained_loops", 1)), views.METRIC_TITLES[metric])
         caption = (
-            "One seed, no CI. Solid: evaluated in the trained mode; dashed: the other mode (the surgery). "
+            "One seed, no CI. Solid: evaluated in the trained mode; dashed and dotted: the surgeries (the legend "
+            "below names each mode). "
             f"Chance level {charts.CHANCE:g} (dotted) for accuracy: labels are exactly balanced."
         )
         ui.figure(chart, picked, f"run-{run_key}-{metric}", caption)
