@@ -77,17 +77,19 @@ def budget_rules(T: int | float, label: str | None = None) -> pd.DataFrame:
     return pd.DataFrame({"x": [T], "label": [label or f"trained budget T = {T:g}"]})
 
 
-def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined, height: int = HEIGHT) -> list[alt.Chart]:
-    color = alt.Color("series:N", scale=colors, legend=None) if "series" in budgets else alt.value("#444444")
+def _budget_layers(budgets: pd.DataFrame, colors=alt.Undefined) -> list[alt.Chart]:
+    # a rule per series in its colour, on the curves' scale and legend (legend=None here made Vega warn of a
+    # conflicting legend, E4's page)
+    color = alt.Color("series:N", scale=colors) if "series" in budgets else alt.value("#444444")
     rule = (
         alt.Chart(budgets)
         .mark_rule(strokeDash=[6, 4], strokeWidth=1.5)
         .encode(x="x:Q", color=color)
         .properties(name="budget")
     )
-    # at the foot of the plot, where accuracy (above chance) and the curves near 1.0 do not run; two sets' labels
-    # stacked upwards, never overlapping (y in px from the top: the plot's height less 4 px per label line)
-    stacked = budgets.assign(y_px=[height - 4 - 14 * i for i in range(len(budgets))])
+    # above the plot's frame, beside the data, never on it: at the foot a label crossed the state-norm curves (Norms
+    # page) and E4's δ at o = 1; two sets' labels stacked upwards, never overlapping (y in px from the frame's top)
+    stacked = budgets.assign(y_px=[-4 - 14 * i for i in range(len(budgets))])
     text = (
         alt.Chart(stacked)
         .mark_text(align="left", dx=4, baseline="bottom", fontSize=11)
@@ -110,8 +112,9 @@ def _chance_layers(chance: float, label: str, x_at: float) -> list[alt.Chart]:
     return [rule]
 
 
-def _reference_layers(refs: pd.DataFrame) -> list[alt.Chart]:
-    """The paper's reported figures: points where x is given, horizontal rules where it is not."""
+def _reference_layers(refs: pd.DataFrame, left: bool = False) -> list[alt.Chart]:
+    """The paper's reported figures: points where x is given, horizontal rules where it is not. left: the points'
+    labels to their left (a margin the figure keeps free for them), else to their right."""
     layers = []
     points, levels = refs[refs["x"].notna()], refs[refs["x"].isna()]
     if len(points):
@@ -129,7 +132,13 @@ def _reference_layers(refs: pd.DataFrame) -> list[alt.Chart]:
             dy = LABEL_STEP * (point["rank"] - (point["count"] - 1) / 2)
             layers.append(
                 alt.Chart(pd.DataFrame([point[["x", "y", "label"]]]))
-                .mark_text(align="left", dx=10, dy=float(dy), baseline="middle", fontSize=11)
+                .mark_text(
+                    align="right" if left else "left",
+                    dx=-10 if left else 10,
+                    dy=float(dy),
+                    baseline="middle",
+                    fontSize=11,
+                )  # fmt: skip
                 .encode(x="x:Q", y="y:Q", text="label:N")
                 .properties(name=f"reference-label-{i}")
             )
@@ -170,18 +179,21 @@ def curves(
     legend_title: str = "mode",
     dash: str | None = None,
     dash_title: str | None = None,
+    x_values: Sequence[float] | None = None,
+    labels_left: bool = False,
 ) -> alt.LayerChart:
     """Mean per series against x with its CI band (stats: series, x, mean, ci_low, ci_high, n),
     optional per-seed lines (seeds: series, seed, x, value), budget rule(s), chance and reference marks.
     dash: a column of stats whose values are drawn solid (its first value) and dashed (default: `arch` where
     both architectures are shown); dash_title: a legend for it (none by default: the series labels name it).
-    No band where a point averages fewer than MIN_BAND_SEEDS seeds (band_rows)."""
+    No band where a point averages fewer than MIN_BAND_SEEDS seeds (band_rows). x_values: the x axis' ticks (default:
+    Vega's); labels_left: reference points' labels to their left (_reference_layers)."""
     colors = color_scale(stats["series"]) if len(stats) else alt.Undefined
     scale = alt.Scale(type="log") if y_log else alt.Scale(domain=list(y_domain) if y_domain else alt.Undefined)
     x_scale = alt.Scale(domain=list(x_domain), nice=False) if x_domain else alt.Scale(nice=False)
-    x_enc = alt.X(
-        f"{x}:Q", title=x_title, scale=x_scale, axis=alt.Axis(tickMinStep=1 if x in INTEGER_AXES else alt.Undefined)
-    )
+    ticks = list(x_values) if x_values is not None else alt.Undefined
+    axis = alt.Axis(tickMinStep=1 if x in INTEGER_AXES else alt.Undefined, values=ticks)
+    x_enc = alt.X(f"{x}:Q", title=x_title, scale=x_scale, axis=axis)
     # one legend, merged over the layers, drawn as solid strokes (the mean lines), not as the faint band
     legend = alt.Legend(orient="bottom", symbolType="stroke", symbolOpacity=1, symbolStrokeWidth=3, symbolSize=300)
     color = alt.Color("series:N", title=legend_title, scale=colors, legend=legend if len(stats) else None)
@@ -197,19 +209,24 @@ def curves(
     # stacked models dashed (the colour legend already names the architecture), or the column asked for
     dash_col = dash
     if dash is not None:  # the first value solid, the next dashed; the series labels (or dash_title's legend) name them
-        legend = alt.Legend(orient="bottom", **DASH_SYMBOL) if dash_title else None
-        dash = alt.StrokeDash(f"{dash}:N", scale=alt.Scale(domain=list(dict.fromkeys(stats[dash]))), legend=legend,
-                              title=dash_title or alt.Undefined)  # fmt: skip
+        tooltip = [*tooltip[:1], alt.Tooltip(f"{dash}:N", title=dash_title or dash), *tooltip[1:]]  # and the tooltip
+        # a legend of its own under the colours', one entry a line, long enough (symbolSize) to show each dash whole
+        legend = alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolSize=500,
+                            **DASH_SYMBOL) if dash_title else None  # fmt: skip
+        values = list(dict.fromkeys(stats[dash]))
+        dashes = alt.Scale(domain=values, range=[LEVEL_DASHES[i % len(LEVEL_DASHES)] for i in range(len(values))])
+        dash = alt.StrokeDash(f"{dash}:N", scale=dashes, legend=legend, title=dash_title or alt.Undefined)
     elif "arch" in stats and stats["arch"].nunique() > 1:
         dash, dash_col = alt.StrokeDash("arch:N", legend=None), "arch"
-    band = alt.Chart(band_rows(stats)).encode(x=x_enc, color=color)
+    banded = band_rows(stats)
+    band = alt.Chart(banded).encode(x=x_enc, color=color)
     band = band.encode(detail=f"{dash_col}:N") if dash_col else band  # one band per drawn line, never merged
     layers = [
         band.mark_area(opacity=0.18)
         .encode(y=alt.Y("ci_low:Q", scale=scale, title=y_title), y2="ci_high:Q")
         # the band is the 95% CI from engine.core.stats (bootstrap over seeds), not Altair's own aggregate
         .properties(name="ci-band"),
-    ]
+    ][: 1 if len(banded) else 0]  # no band layer without rows: an empty one has an infinite extent (a Vega warning)
     if seeds is not None and len(seeds):
         layers.append(
             alt.Chart(seeds)
@@ -217,7 +234,8 @@ def curves(
             .encode(x=x_enc, y=alt.Y("value:Q", scale=scale), color=color, detail="seed:N")
             .properties(name="seeds")
         )
-    mean = base.mark_line(point=True, strokeWidth=2.5).encode(y=alt.Y("mean:Q", scale=scale), tooltip=tooltip)
+    mean = base.mark_line(point=True, strokeWidth=2.5).encode(y=alt.Y("mean:Q", scale=scale, title=y_title),
+                                                              tooltip=tooltip)  # fmt: skip
     layers.append((mean.encode(strokeDash=dash) if dash else mean).properties(name="mean"))
     if budgets is not None and len(budgets):
         layers += _budget_layers(budgets, colors)
@@ -225,7 +243,7 @@ def curves(
         x_right = x_domain[1] if x_domain else (stats[x].max() if len(stats) else 1)
         layers += _chance_layers(chance, chance_label, x_right)
     if references is not None and len(references):
-        layers += _reference_layers(references)
+        layers += _reference_layers(references, labels_left)
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE)
     # the reference levels' dashes are their own legend, apart from a dash the curves may have (arch, set)
     return chart.resolve_scale(color="shared", strokeDash="independent")
@@ -298,7 +316,7 @@ def delta_chart(
         .properties(name="delta"),
     ]
     if budgets is not None and len(budgets):
-        layers += _budget_layers(budgets, height=height)
+        layers += _budget_layers(budgets)
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
 
 
@@ -336,7 +354,7 @@ def paired_chart(
         .properties(name="mean"),
     ]
     if budgets is not None and len(budgets):
-        layers += _budget_layers(budgets, height=height)
+        layers += _budget_layers(budgets)
     return alt.layer(*layers).properties(width=WIDTH, height=height, autosize=AUTOSIZE)
 
 
@@ -360,8 +378,16 @@ def difference_chart(diffs: pd.DataFrame, x: str, x_title: str, y_title: str, bu
         .properties(name="difference"),
     ]
     if budgets is not None and len(budgets):
-        layers += _budget_layers(budgets, height=220)
+        layers += _budget_layers(budgets)
     return alt.layer(*layers).properties(width=WIDTH, height=220, autosize=AUTOSIZE)
+
+
+def _loop_count(series: str) -> float:
+    """The n of a ladder series label (`n = 12 (3T)` -> 12), for ordering; labels without one last."""
+    try:
+        return float(series.split("=", 1)[1].split()[0])
+    except (IndexError, ValueError):
+        return math.inf
 
 
 def rung_points(summaries: dict, task: str, level: str, part: str = "ladder") -> pd.DataFrame:
@@ -413,11 +439,14 @@ def devices_note(points: pd.DataFrame, T: int) -> str:
 
 LADDER_PAD = 0.06  # of the y span, beyond the lowest and highest CI bound: a bound never sits on the plot's frame
 LADDER_X_PAD = 1.25  # a factor beyond the smallest and largest model: the end rungs' CIs drawn whole, off the frame
+LADDER_HEAD_PX = 24  # the plot's top band (px), above every point and CI: the paper's size is marked there, beside the
+# data (a rule at 19M ran through the 19M rung's points and intervals)
 
 
 def ladder_domains(points: pd.DataFrame, reference_params: float) -> tuple:
-    """ladder_chart's x (parameters, log) and y domains: every rung, the paper's rule and every CI bound inside,
-    with room beyond (LADDER_X_PAD, LADDER_PAD), and 0 (the zero rule) on the y axis; Undefined for no points."""
+    """ladder_chart's x (parameters, log) and y domains: every rung, the paper's mark and every CI bound inside,
+    with room beyond (LADDER_X_PAD, LADDER_PAD), 0 (the zero rule) on the y axis, and above it all a band of
+    LADDER_HEAD_PX that no point reaches (the paper's mark); Undefined for no points."""
     values = pd.concat([pd.to_numeric(points[c], errors="coerce") for c in ("ci_low", "ci_high", "mean")])
     values = values[values.abs() != float("inf")].dropna()
     params = pd.to_numeric(points["params"], errors="coerce").dropna()
@@ -429,7 +458,8 @@ def ladder_domains(points: pd.DataFrame, reference_params: float) -> tuple:
         min(float(params.min()), reference_params) / LADDER_X_PAD,
         max(float(params.max()), reference_params) * LADDER_X_PAD,
     ]
-    return x, [lo - pad, hi + pad]
+    bottom, top = lo - pad, hi + pad
+    return x, [bottom, top + (top - bottom) * LADDER_HEAD_PX / (HEIGHT - LADDER_HEAD_PX)]
 
 
 @memoized()
@@ -438,7 +468,8 @@ def ladder_chart(
 ) -> alt.LayerChart:
     """E5's ladder: the surgery's damage (mean with its 95% CI over seeds) against parameters on a log axis, one
     colour per n (points: series, params, mean, ci_low, ci_high, n, steps), a longer training drawn as a square,
-    the zero line and a rule at the paper's model size. Points from two devices (a `device` column, CPU and GPU:
+    the zero line and the paper's model size marked (▼) in a band above every point, never across the data; a legend
+    of one entry (one n, one training length) is left out. Points from two devices (a `device` column, CPU and GPU:
     the CPU study's ladder and the GPU study's) are told apart by their marker (shape legend `device · training
     steps`; the GPU's hollow and larger, so a rung run on both, the bridge, shows both); y_title: another quantity
     per rung (the rescale surgery's recovery)."""
@@ -456,9 +487,10 @@ def ladder_chart(
             range=[shapes.get(m.split(" · ")[0], ["circle"] * 3)[rank[m.split(" · ")[0]].index(m) % 3] for m in domain],
         )
         shape = alt.Shape("marker:N", title="device · training steps", scale=scale, legend=alt.Legend(orient="bottom"))
-    else:
+    else:  # a legend of one entry says nothing the caption does not: none (every rung trained alike)
         points = points.assign(marker=points["steps"]) if len(points) else points.assign(marker=[])
-        shape = alt.Shape("steps:N", title="training steps", legend=alt.Legend(orient="bottom"))
+        one = points["steps"].nunique() < 2
+        shape = alt.Shape("steps:N", title="training steps", legend=None if one else alt.Legend(orient="bottom"))
     x_domain, y_domain = ladder_domains(points, reference_params)
     x = alt.X(
         "params:Q",
@@ -467,13 +499,18 @@ def ladder_chart(
         axis=alt.Axis(format="~s", labelOverlap=True),
     )  # 20k, 1M: the padded domain's labels never run together
     colors = color_scale(points["series"]) if len(points) else alt.Undefined
-    color = alt.Color("series:N", title="loop count", scale=colors, legend=alt.Legend(orient="bottom"))
+    if len(points):  # n = T before n = 3T (by n, not by the label's text), each keeping its colour
+        order = sorted(range(len(colors.domain)), key=lambda i: _loop_count(colors.domain[i]))
+        colors = alt.Scale(domain=[colors.domain[i] for i in order], range=[colors.range[i] for i in order])
+    legend = alt.Legend(orient="bottom") if len(points) and points["series"].nunique() > 1 else None  # one n: none
+    color = alt.Color("series:N", title="loop count", scale=colors, legend=legend)
     tooltip = ["series:N", alt.Tooltip("params:Q", format=","), "steps:N", alt.Tooltip("mean:Q", format="+.3f"),
                alt.Tooltip("ci_low:Q", format="+.3f"), alt.Tooltip("ci_high:Q", format="+.3f"), "n:Q"]  # fmt: skip
     tooltip += ["device:N"] if len(devices) > 1 else []
     tooltip += ["run_on:N"] if "run_on" in points else []
     base = alt.Chart(points).encode(x=x, color=color)
-    y_scale = alt.Scale(domain=y_domain)  # every layer's y on it: one domain, stated, never merged from the layers
+    # every layer's y on it: one domain, stated, never merged from the layers (nor widened: its top band is the paper's)
+    y_scale = alt.Scale(domain=y_domain, nice=False)
     y = alt.Y("mean:Q", title=y_title, scale=y_scale)
     if len(devices) > 1:  # the GPU's markers hollow and larger, drawn over the CPU's filled ones
         marks = [
@@ -487,17 +524,18 @@ def ladder_chart(
         marks = [
             base.mark_point(size=90, filled=True).encode(y=y, shape=shape, tooltip=tooltip).properties(name="mean")
         ]
-    paper_rule = pd.DataFrame({"params": [reference_params], "label": [f"the paper's {reference_params / 1e6:.0f}M"]})
+    paper_mark = pd.DataFrame({"params": [reference_params], "label": [f"the paper's {reference_params / 1e6:.0f}M"]})
+    head = LADDER_HEAD_PX / 2  # the middle of the top band, above every point and interval
     layers = [
         alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#666666").encode(y=alt.Y("y:Q", scale=y_scale))
         .properties(name="zero"),
         base.mark_rule(strokeWidth=2).encode(y=alt.Y("ci_low:Q", scale=y_scale), y2="ci_high:Q").properties(name="ci"),
         base.mark_line(strokeWidth=1.5, opacity=0.6).encode(y=y, detail="marker:N").properties(name="line"),
         *marks,
-        alt.Chart(paper_rule).mark_rule(strokeDash=[6, 4], color="#444444").encode(x="params:Q")
-        .properties(name="paper"),
-        alt.Chart(paper_rule).mark_text(align="right", dx=-4, baseline="top", fontSize=11, color="#444444")
-        .encode(x="params:Q", y=alt.value(4), text="label:N"),
+        alt.Chart(paper_mark).mark_point(shape="triangle-down", size=70, filled=True, color="#444444")
+        .encode(x="params:Q", y=alt.value(head), tooltip=["label:N"]).properties(name="paper"),
+        alt.Chart(paper_mark).mark_text(align="right", dx=-9, baseline="middle", fontSize=11, color="#444444")
+        .encode(x="params:Q", y=alt.value(head), text="label:N").properties(name="paper-label"),
     ]  # fmt: skip
     return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, autosize=AUTOSIZE).resolve_scale(color="shared")
 
@@ -683,12 +721,22 @@ def e5_range(acc: pd.DataFrame, T: int) -> tuple[alt.LayerChart, pd.DataFrame]:
 def e5_rescale(
     rescale: pd.DataFrame, T: int, refits: pd.DataFrame | None = None
 ) -> tuple[alt.LayerChart, pd.DataFrame]:
-    """Part 4: the rescale surgery's recovery against n >= T, E3's refits at n = T as labelled diamonds
-    (refits: x, y, label)."""
+    """Part 4: the rescale surgery's recovery against n >= T and E3's refits at n = T (refits: x, y, label) as
+    diamonds beside its first point, labelled to their left, in a margin of REFIT_MARGIN steps before T that no curve
+    enters (its axis ticks start at T): neither the markers nor their labels on the y axis or over the curve."""
     stats = _series(rescale, ["norm→rescale"] * len(rescale))
+    x_domain = x_values = None
+    if len(stats):
+        first, last = min(int(stats["eval_loops"].min()), int(T)), int(stats["eval_loops"].max())
+        margin = REFIT_MARGIN if refits is not None and len(refits) else 0.5
+        x_domain, x_values = (first - margin, last + 0.25), list(range(first, last + 1))
     chart = curves(stats, "eval_loops", N_TITLE, "recovery", budgets=budget_rules(T), y_domain=None,
-                   references=refits, legend_title="surgery")  # fmt: skip
+                   references=refits, legend_title="surgery", x_domain=x_domain, x_values=x_values,
+                   labels_left=True)  # fmt: skip
     return chart, stats
+
+
+REFIT_MARGIN = 2.5  # steps before T on part 4's x axis: room for E3's refit labels, left of their diamonds at T
 
 
 # runs side by side: one colour a run, the legend under the figure, one run a line

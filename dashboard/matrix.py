@@ -11,7 +11,7 @@ import urllib.parse
 from pathlib import Path
 
 from dashboard import results
-from engine import studies
+from engine import paper, studies
 
 MEAN, HARDEST = results.LEVELS
 TASKS = ("parity", "chain")  # parity first: the chain of the CPU studies is a parity-like control
@@ -27,6 +27,13 @@ ROWS = (  # (experiment, claim (a prefix for E5's parts, one claim per distribut
     ("e4", "equal n", "E4 looping helps at equal n"),
     ("e4", "matched", "E4 at matched overshoot: vanishes on one task, shrinks on the other"),
     ("e5", "train x run", "E5 1 · train mode × run mode"),
+    (
+        "e5",
+        "contrast",
+        "E5 · the train × run contrast at n = T: breaking agreement, the state bounded (none→norm), "
+        "against removing the norm (norm→none)",
+    ),
+    ("e5", "agreement or growth", "E5 · agreement or state-norm growth: what the surgery breaks"),
     ("e5", "range", "E5 2 · training over a range of loop counts"),
     ("e5", "ladder", "E5 3 · the surgery's damage against scale"),
     ("e5", "rescale", "E5 4 · a zero-parameter rescale instead of the norm"),
@@ -65,7 +72,15 @@ KEYS = {
         (r"only (\d+) seeds lost", "{} damaged seeds"),
     ],  # fmt: skip
     ("e5", "train x run", None): [
-        (r"G significant and largest at (\d+%) of n below T, (\d+%) beyond", "G largest at {} below, {} beyond")
+        (
+            r"G significant and largest at (\d+%) of n below T, (\d+%) beyond",
+            "agreement effect G largest at {} of n below T, {} beyond",
+        )
+    ],  # fmt: skip
+    ("e5", "contrast", None): [
+        (rf"D_fwd ({NUMBER}) \[[^\]]*\], D_rev ({NUMBER})", "norm→none loses {}, none→norm {}"),
+        (r"\((\d+) of the design's (\d+) so far", "{} of {} seed pairs so far"),
+        (r"would read (\w+)", "would read {}"),
     ],  # fmt: skip
 }
 
@@ -73,7 +88,7 @@ KEYS = {
 def key_number(experiment: str, claim: str, analysis: str, measured: str) -> str:
     """The number the rule reads, from the claim's own `measured` text (never computed here): KEYS' patterns, joined;
     for E5's ladder the span of the damage at T over its rungs; else the text's first clause."""
-    claim = "range" if claim.startswith("range") else "rescale" if claim.startswith("rescale") else claim
+    claim = next((c for c in GROUPED if claim.startswith(c + " ")), claim)
     if experiment == "e5" and claim == "ladder":
         at_t = re.findall(rf"params(?: \([^)]*\))?: n=\d+ ({NUMBER})", measured.split(" Post hoc")[0])
         if at_t:
@@ -91,9 +106,11 @@ def key_number(experiment: str, claim: str, analysis: str, measured: str) -> str
     return first if len(first) <= 48 else first[:47] + "…"
 
 
+GROUPED = ("range", "rescale", "ladder", "contrast")  # E5 rows whose claims are one per distribution, rung or metric
+
+
 def _of_row(found: list[dict], claim: str) -> list[dict]:
-    return [c for c in found if c["claim"] == claim or (claim in ("range", "rescale", "ladder") and
-                                                      c["claim"].startswith(claim + " "))]  # fmt: skip
+    return [c for c in found if c["claim"] == claim or (claim in GROUPED and c["claim"].startswith(claim + " "))]
 
 
 def _badges(experiment: str, claims: list[dict]) -> list[dict]:
@@ -169,6 +186,100 @@ def rows(study: str, root: Path | None = None) -> list[dict]:
     return out
 
 
+ELSEWHERE = "not part of the `"  # the note of a row whose experiment the study did not run (rows)
+
+
+def apart(found: list[dict]) -> tuple[list[dict], list[dict]]:
+    """rows' rows split: the study's own (judged, waiting or not run yet) and those of experiments it did not run,
+    which the overview shows after its own, folded (issue 60: nine of them came first on the ladder study's)."""
+    own = [r for r in found if not r["note"].startswith(ELSEWHERE)]
+    return own, [r for r in found if r["note"].startswith(ELSEWHERE)]
+
+
+def compact(row: dict, most: int = 3) -> dict:
+    """An E5 row of more than `most` rungs, each one outcome, as one entry a cell: `8 of 8 rungs` with the outcome and
+    the span of its number (`recovers 0.797 … 0.998`); rows of mixed outcomes, or fewer rungs, as they are."""
+    cells = {}
+    for task, entries in row["cells"].items():
+        rungs = entries or []
+        alike = len({e["outcome"] for e in rungs}) == 1 and not any(e["hardest"] for e in rungs)
+        values = [re.search(NUMBER, e["number"]) for e in rungs]
+        if len(rungs) <= most or not alike or not all(e["prefix"].endswith(" params") for e in rungs) or None in values:
+            cells[task] = entries
+            continue
+        word = rungs[0]["number"][: values[0].start()].strip()
+        low, high = sorted((v[0] for v in values), key=float)[:: len(values) - 1]
+        cells[task] = [{"prefix": f"{len(rungs)} of {len(rungs)} rungs", "outcome": rungs[0]["outcome"],
+                        "number": f"{word} {low} … {high}".strip(), "hardest": ""}]  # fmt: skip
+    return row | {"cells": cells}
+
+
+def folded(elsewhere: list[dict], study: str) -> list[dict]:
+    """The rows of experiments the study did not run as one row after its own: their claims named short (`E2 (a),
+    (b); E4 equal n`), its note theirs."""
+    if not elsewhere:
+        return []
+    by: dict[str, list[str]] = {}
+    for r in elsewhere:
+        by.setdefault(r["experiment"].upper(), []).append(f"({r['claim']})" if len(r["claim"]) == 1 else r["claim"])
+    names = "; ".join(f"{e} {', '.join(claims)}" for e, claims in by.items())
+    where = sorted({t for r in elsewhere for t in results.presets(r["experiment"]) if t != study})
+    note = f"{ELSEWHERE}{study}` study" + (f" (run in {', '.join(f'`{t}`' for t in where)})" if where else "")
+    return [{"experiment": "", "claim": "", "label": names, "paper": "", "cells": {}, "note": note}]
+
+
+_SLOPE = re.compile(rf"b = ({NUMBER}) per decade \[({NUMBER}), ({NUMBER})\]")
+COLLAPSE_ORDER = ("collapses", "undecided", "no collapse")
+
+
+def ladder_rows(rules: list[dict]) -> list[dict]:
+    """The ladder rules' decisive readings (engine.experiments.ladder.rules, as mappings: claim, outcome, measured) as
+    matrix rows on parity: the trend of the surgery's damage with scale at T and 3T, and the collapse per rung by E2
+    (d)'s criteria, counted over the rungs (the E5 page lists every rule). Read, never judged, here: the outcomes and
+    numbers are the rules' own."""
+    trends = [r for r in rules if r["claim"].startswith("ladder trend at n=")]  # T, then 3T
+    falls = [r for r in rules if r["claim"].startswith("collapse ")]
+    out = []
+    if trends:
+        cells = []
+        for name, r in zip(("at T", "at 3T"), trends, strict=False):
+            slope = _SLOPE.search(r["measured"])
+            said = r["measured"].split("so far ")[-1]  # a part-trained ladder's slope so far
+            number = f"b = {slope[1]} per decade [{slope[2]}, {slope[3]}]" if slope else key_number("e5", "", "", said)
+            cells.append({"prefix": name, "outcome": r["outcome"], "number": number, "hardest": ""})
+        out.append({"experiment": "e5", "claim": "ladder trend", "label": "E5 3 · the damage's trend with scale "
+                    "(grows: as normalisation predicts; flat: as agreement does)", "paper": "— (beyond the paper)",
+                    "cells": {"parity": cells, "chain": None}, "note": "", "drill": False})  # fmt: skip
+    if falls:
+        by: dict[str, list[str]] = {}
+        for r in falls:
+            found = re.search(r"([\d,]+) params", r["claim"])
+            by.setdefault(r["outcome"], []).append(found[1] if found else r["claim"])
+        cells = []
+        for outcome in sorted(by, key=lambda o: COLLAPSE_ORDER.index(o) if o in COLLAPSE_ORDER else 9):
+            rungs = by[outcome]
+            which = "" if len(rungs) == len(falls) or outcome == "no collapse" else f" ({', '.join(rungs)} params)"
+            cells.append({"prefix": "", "outcome": outcome, "number": f"{len(rungs)} of {len(falls)} rungs{which}",
+                          "hardest": ""})  # fmt: skip
+        out.append({"experiment": "e5", "claim": "ladder collapse", "label": "E2 (d) the surgery collapses at T: per "
+                    "rung, by E2 (d)'s criteria (median seed)", "paper": f"{paper.SURGERY_ACCURACY_AT_T:.3f}, norm ≤ "
+                    f"{paper.SURGERY_NORM_RATIO}×, one token (Ouro)", "cells": {"parity": cells, "chain": None},
+                    "note": "", "drill": False})  # fmt: skip
+    return out
+
+
+def with_ladder(own: list[dict], elsewhere: list[dict], rules: list[dict]) -> tuple[list[dict], list[dict]]:
+    """apart's two lists with ladder_rows placed after E5 3's row (the damage it reads) and E2 (d)'s row, whose
+    criteria the collapse row applies per rung, no longer among the rows the study did not run."""
+    added = ladder_rows(rules)
+    if not added:
+        return own, elsewhere
+    at = next((i + 1 for i, r in enumerate(own) if (r["experiment"], r["claim"]) == ("e5", "ladder")), 0)
+    collapse = any(r["claim"] == "ladder collapse" for r in added)
+    kept = [r for r in elsewhere if not (collapse and (r["experiment"], r["claim"]) == ("e2", "d"))]
+    return own[:at] + added + own[at:], kept
+
+
 DRILL = ("e2", "e4", "e5")  # verdicts over runs by seed and n (E3's refits: its page; E1: Ouro's): a cell opens them
 KIND = {"green": "yes", "red": "no", "orange": "mixed", "gray": "none", "blue": "other"}
 STYLE = """<style>
@@ -201,16 +312,22 @@ def cell_html(entries: list[dict]) -> str:
     return "<br>".join(parts)
 
 
-def matrix_html(found: list[dict], study: str, links: bool = True) -> str:
-    """The matrix as one HTML table (the overview's st.html and the report alike); links: each cell opens its page."""
+def tasks_run(found: list[dict]) -> tuple[str, ...]:
+    """The tasks of TASKS some row of the matrix has a cell for (a study of parity alone: parity)."""
+    return tuple(t for t in TASKS if any(r["cells"].get(t) for r in found)) or TASKS
+
+
+def matrix_html(found: list[dict], study: str, links: bool = True, tasks: tuple[str, ...] = TASKS) -> str:
+    """The matrix as one HTML table (the overview's st.html and the report alike); links: each cell opens its page;
+    tasks: its columns (the overview leaves out a task no row has: tasks_run)."""
     body = []
     for row in found:
         head = f'<td class="claim">{_md(row["label"])}</td><td class="paper">{_md(row["paper"])}</td>'
         if row["note"]:
-            body.append(f'<tr>{head}<td class="skip" colspan="2">{_md(row["note"])}</td></tr>')
+            body.append(f'<tr>{head}<td class="skip" colspan="{len(tasks)}">{_md(row["note"])}</td></tr>')
             continue
         cells = []
-        for task in TASKS:
+        for task in tasks:
             entries = row["cells"].get(task)
             if not entries:
                 cells.append('<td class="skip">not run</td>')
@@ -219,12 +336,13 @@ def matrix_html(found: list[dict], study: str, links: bool = True) -> str:
             if links:
                 to = html.escape(href(row["experiment"], row["claim"], task, study))
                 inner = f'<a href="{to}" target="_self">{inner}</a>'
-                if row["experiment"] in DRILL:  # the values the rule read, opened on the overview
+                if row["experiment"] in DRILL and row.get("drill", True):  # the values the rule read, on the overview
                     which = f"{row['experiment']}:{row['claim']}:{task}"
                     opened = urllib.parse.urlencode({"study": study, "verdict": which})
                     inner += f'<a class="vals" href="./?{html.escape(opened)}" target="_self">values ↓</a>'
             cells.append(f'<td class="{task}">{inner}</td>')
         body.append(f"<tr>{head}{''.join(cells)}</tr>")
-    chain = "chain (parity-like control)" if study in PARITY_LIKE_CHAIN else "chain"
-    header = f'<tr><th class="claim">claim</th><th class="paper">paper</th><th>parity</th><th>{chain}</th></tr>'
+    names = {"chain": "chain (parity-like control)"} if study in PARITY_LIKE_CHAIN else {}
+    columns = "".join(f"<th>{names.get(t, t)}</th>" for t in tasks)
+    header = f'<tr><th class="claim">claim</th><th class="paper">paper</th>{columns}</tr>'
     return f'{STYLE}<table class="verdicts"><thead>{header}</thead><tbody>{"".join(body)}</tbody></table>'

@@ -360,8 +360,9 @@ def compare_section(
     per x (first − second) with Cliff's δ and the Mann–Whitney p per x (engine.core.stats.summarize_modes;
     the sets' seeds are different models, so nothing is paired). sets: {label: (curve stats, per-seed values)}."""
     (first, (stats_a, seeds_a)), (second, (stats_b, seeds_b)) = sets.items()
+    # one colour a series (its mode), one dash a set: each legend names one thing, its swatches all different (the
+    # series' legend listed `norm · a` and `norm · b` with identical swatches, the dash legend was cut off)
     both = pd.concat([stats_a.assign(set=first), stats_b.assign(set=second)], ignore_index=True)
-    both = both.assign(series=both["series"] + charts.SET_SEP + both["set"])
     chart = charts.curves(
         both,
         x,

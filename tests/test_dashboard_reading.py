@@ -112,6 +112,85 @@ def test_the_overview_opens_on_the_matrix_with_the_cards_on_expand(monkeypatch):
 
 
 @needs_shipped
+def test_the_ladder_studys_first_screen_says_its_decisive_outcomes(monkeypatch):
+    """Issue 60, item 4: `?study=cpu-ladder` opened on nine rows of "not part of the study" and never said "flat" or
+    "no collapse". Now its own rows come first, with the ladder rules' trend (at T and 3T) and collapse (E2 (d)'s
+    criteria per rung) and the rescale's outcome; the rows it did not run are one folded row after them; its figure
+    (the surgery's damage per rung, the E5 page's) is beside the matrix."""
+    at = render(monkeypatch, SHIPPED, study="cpu-ladder")
+    body = next(h.proto.body for h in at.get("html") if 'class="verdicts"' in h.proto.body)
+    text = re.sub(r"<[^>]+>", " ", body.replace("&#x27;", "'"))
+    assert "not part of" in text and body.count("not part of") == 1  # one folded row
+    elsewhere = text.index("not part of")
+    for said in ("the damage's trend with scale", "flat", "b = +0.012 per decade", "no collapse", "8 of 8 rungs",
+                 "agreement", "recovers 0.797 … 0.998"):  # fmt: skip
+        assert said in text and text.index(said) < elsewhere, said
+    assert "E2 (a), (b), (c); E3" in text and "E2 (a), (b), (c), (d)" not in text  # (d) is the collapse row's
+    assert "<th>chain" not in body  # a study of parity alone
+    from tests.test_dashboard import charts_on
+
+    (ladder,) = [c for c in charts_on(at) if "paper" in {lay.get("name") for lay in c["layer"]}]
+    assert {lay.get("name") for lay in ladder["layer"]} >= {"ci", "mean", "paper-label"}
+
+
+@needs_shipped
+def test_the_train_x_run_studys_contrast_is_on_its_matrix_and_undecided(monkeypatch):
+    """`?study=cpu-agree`: its decisive contrast (accuracy and margin at n = T) and the outcome they share are rows
+    of its matrix, undecided while fewer than 16 seed pairs are stored (the rule's own outcome), before the folded
+    row of what it did not run."""
+    at = render(monkeypatch, SHIPPED, study="cpu-agree")
+    body = next(h.proto.body for h in at.get("html") if 'class="verdicts"' in h.proto.body)
+    text = re.sub(r"<[^>]+>", " ", body)
+    elsewhere = text.index("not part of")
+    for said in ("train × run contrast", "agreement or state-norm growth", "undecided", "norm→none loses",
+                 "of 16 seed pairs so far"):  # fmt: skip
+        assert said in text and text.index(said) < elsewhere, said
+    assert "holds" not in text[:elsewhere]
+
+
+@needs_shipped
+def test_the_e5_page_says_what_g_r_and_m_are_where_its_verdicts_use_them(monkeypatch):
+    """Issue 60, item 7: the E5 first screen's verdicts say "G significant …" with G, R and M undefined there."""
+    at = render(monkeypatch, SHIPPED, "agreement")
+    assert any(m.value.startswith("**train x run**") and " G " in m.value for m in at.markdown)
+    words = [c.value for c in at.caption if "**G**, the agreement effect" in c.value]
+    assert words and "**R**, the run-mode effect" in words[0] and "**M**, the train-mode effect" in words[0]
+
+
+def test_the_matrix_folds_what_a_study_did_not_run_and_reads_the_ladder_rules():
+    """matrix.apart / folded / with_ladder / compact on hand-made rows and rules."""
+    from dashboard import matrix
+
+    rules = [{"claim": "ladder trend at n=4", "outcome": "flat", "measured": "b = +0.012 per decade [-0.040, +0.059] "
+              "over 8 rungs"}, {"claim": "ladder trend at n=12", "outcome": "grows", "measured": "b = +0.100 per "
+              "decade [+0.060, +0.140] over 8 rungs"},
+             {"claim": "collapse 15,904 params (cpu)", "outcome": "no collapse", "measured": ""},
+             {"claim": "collapse 19,024,384 params (cpu)", "outcome": "collapses", "measured": ""}]  # fmt: skip
+    rows = [{"experiment": "e2", "claim": c, "label": f"E2 ({c})", "paper": "", "cells": {}, "note": "not part of the "
+             "`x` study"} for c in "abcd"] + [{"experiment": "e5", "claim": "ladder", "label": "E5 3", "paper": "",
+             "cells": {"parity": [], "chain": None}, "note": ""}]  # fmt: skip
+    own, elsewhere = matrix.apart(rows)
+    assert [r["claim"] for r in own] == ["ladder"] and len(elsewhere) == 4
+    own, elsewhere = matrix.with_ladder(own, elsewhere, rules)
+    assert [r["claim"] for r in own] == ["ladder", "ladder trend", "ladder collapse"]
+    assert [r["claim"] for r in elsewhere] == ["a", "b", "c"]  # E2 (d): the collapse row applies its criteria
+    trend, collapse = own[1]["cells"]["parity"], own[2]["cells"]["parity"]
+    assert [(e["prefix"], e["outcome"]) for e in trend] == [("at T", "flat"), ("at 3T", "grows")]
+    assert [(e["outcome"], e["number"]) for e in collapse] == [("collapses", "1 of 2 rungs (19,024,384 params)"),
+                                                               ("no collapse", "1 of 2 rungs")]  # fmt: skip
+    (one,) = matrix.folded(elsewhere, "x")
+    assert one["label"] == "E2 (a), (b), (c)" and one["note"].startswith("not part of the `x` study")
+    rungs = [{"prefix": f"{p} params", "outcome": "agreement", "number": f"recovers {v}", "hardest": ""}
+             for p, v in (("1", "0.9"), ("2", "0.8"), ("3", "0.95"), ("4", "0.99"))]  # fmt: skip
+    (entry,) = matrix.compact({"cells": {"parity": rungs}})["cells"]["parity"]
+    assert entry == {"prefix": "4 of 4 rungs", "outcome": "agreement", "number": "recovers 0.8 … 0.99", "hardest": ""}
+    mixed = [*rungs[:3], rungs[3] | {"outcome": "normalisation"}]
+    assert matrix.compact({"cells": {"parity": mixed}})["cells"]["parity"] == mixed
+    assert matrix.tasks_run(own) == ("parity",)
+    assert "<th>chain" not in matrix.matrix_html(own, "x", tasks=("parity",))
+
+
+@needs_shipped
 def test_another_studys_cards_are_never_shown_as_this_ones(monkeypatch):
     """The first study ran no E5: its overview says so instead of ending on the `cpu` study's E5 cards."""
     at = render(monkeypatch, SHIPPED, study="cpu-1layer")
@@ -153,8 +232,9 @@ def layer(spec: dict, name: str) -> dict:
 
 
 def test_chart_furniture_stays_off_the_data():
-    """The budget label sits at the foot of the plot (accuracy near 1.0 runs at the top), the chance rule carries no
-    text, and Cliff's δ keeps room for a point and its CI at ±1 and at the first and last n."""
+    """The budget label sits above the plot's frame, off every curve (at the foot it crossed the state norm and E4's
+    δ at o = 1; issue 60), the chance rule carries no text, and Cliff's δ keeps room for a point and its CI at ±1
+    and at the first and last n."""
     import pandas as pd
 
     from dashboard import charts
@@ -165,7 +245,7 @@ def test_chart_furniture_stays_off_the_data():
     spec = spec_of(charts.curves(stats, "eval_loops", "n", "accuracy", budgets=charts.budget_rules(2), chance=0.5))
     label = layer(spec, "budget-label")
     y_px = spec["datasets"][label["data"]["name"]][0]["y_px"]
-    assert y_px > charts.HEIGHT / 2 and label["mark"]["baseline"] == "bottom"
+    assert y_px < 0 and label["mark"]["baseline"] == "bottom"  # its foot above the frame's top: off the plot
     assert "chance-label" not in {lay.get("name") for lay in spec["layer"]}
     summary = pd.DataFrame({"eval_loops": [1, 12], "delta": [1.0, -1.0], "delta_ci_low": [1.0, -1.0],
                             "delta_ci_high": [1.0, -1.0], "magnitude": ["large"] * 2,
@@ -188,6 +268,130 @@ def test_the_compare_view_tells_the_two_sets_apart_in_its_legend():
     spec = spec_of(charts.curves(both, "eval_loops", "n", "y", dash="set", dash_title="result set"))
     dash = layer(spec, "mean")["encoding"]["strokeDash"]
     assert dash.get("legend") is not None and dash.get("title") == "result set"
+
+
+def test_the_compare_view_has_one_colour_a_mode_and_one_dash_a_set(monkeypatch):
+    """Issue 60, item 6: the compare view's series legend listed `norm · a` and `norm · b` with identical swatches and
+    its dash legend was cut off. Now the colour names the mode (each once), the dash the set (each its own dash, the
+    legend stacked and unclipped)."""
+    import pandas as pd
+
+    from dashboard import views
+
+    stats = pd.DataFrame({"series": ["norm", "none"], "eval_loops": [1, 1], "mean": [0.5, 0.6], "ci_low": [0.4, 0.5],
+                          "ci_high": [0.6, 0.7], "n": [4, 4], "ci_method": ["bca"] * 2})  # fmt: skip
+    seeds = pd.DataFrame({"series": ["norm"], "seed": [0], "eval_loops": [1], "value": [0.5]})
+    shown = {}
+
+    def figure(chart, data, name, caption, title=None):
+        shown.setdefault("spec", spec_of(chart))
+
+    monkeypatch.setattr(views.ui, "figure", figure)
+    views.compare_section({"cpu": (stats, seeds), "cpu-1layer": (stats, seeds)}, "eval_loops", "n", "y", "x", "")
+    mean = layer(shown["spec"], "mean")["encoding"]
+    colours = mean["color"]["scale"]["domain"]
+    assert sorted(colours) == ["none", "norm"]  # one entry a mode, not one a (mode, set)
+    dash = mean["strokeDash"]
+    assert dash["scale"]["domain"] == ["cpu", "cpu-1layer"]
+    assert len({json.dumps(d) for d in dash["scale"]["range"]}) == 2  # two different dashes in the swatches
+    assert dash["legend"]["direction"] == "vertical" and dash["legend"]["labelLimit"] == 0
+
+
+def test_the_budget_label_is_off_the_delta_and_paired_charts():
+    """ "n = T" sat on E4's δ point at o = 1 (the foot of the plot, where δ = −1 is drawn): above the frame now."""
+    import pandas as pd
+
+    from dashboard import charts
+
+    summary = pd.DataFrame({"overshoot_ratio": [1.0, 2.0], "delta": [-1.0, -1.0], "delta_ci_low": [-1.0, -1.0],
+                            "delta_ci_high": [-1.0, -1.0], "magnitude": ["large"] * 2,
+                            "p_value": [0.01] * 2})  # fmt: skip
+    budgets = charts.budget_rules(1.0, "n = T")
+    for chart in (charts.delta_chart(summary, "overshoot_ratio", "o", budgets),
+                  charts.paired_chart(summary.assign(mean_diff=-1.0, ci_low=-1.0, ci_high=-1.0),
+                                      pd.DataFrame({"seed": [0], "overshoot_ratio": [1.0], "diff": [-1.0]}),
+                                      "overshoot_ratio", "o", "d", budgets)):  # fmt: skip
+        spec = spec_of(chart)
+        label = layer(spec, "budget-label")
+        assert all(r["y_px"] < 0 for r in spec["datasets"][label["data"]["name"]])
+        assert label["mark"]["baseline"] == "bottom"
+
+
+def test_no_empty_band_layer():
+    """A curve whose every point averages fewer than MIN_BAND_SEEDS seeds (E1's probe, one model) has no band layer:
+    an empty one made Vega warn "Infinite extent for field ci_low" in the browser (Ouro page)."""
+    import pandas as pd
+
+    from dashboard import charts
+
+    stats = pd.DataFrame({"series": ["norm"] * 2, "eval_loops": [1, 2], "mean": [0.5, 0.6], "ci_low": [0.5, 0.6],
+                          "ci_high": [0.5, 0.6], "n": [1, 1], "ci_method": ["degenerate"] * 2})  # fmt: skip
+    spec = spec_of(charts.curves(stats, "eval_loops", "n", "accuracy (fraction)"))
+    names = [lay.get("name") for lay in spec["layer"]]
+    assert "ci-band" not in names and layer(spec, "mean")["encoding"]["y"]["title"] == "accuracy (fraction)"
+
+
+def ladder_points(steps=("4000",)):
+    import pandas as pd
+
+    rows = []
+    for params, steps_ in zip((15_904, 1_627_392, 19_024_384), [*steps, *[steps[-1]] * 3], strict=False):
+        rows += [{"series": "n = 12 (3T)", "params": params, "steps": steps_, "mean": -0.1, "ci_low": -0.4,
+                  "ci_high": 0.1, "n": 4},
+                 {"series": "n = 4 (T)", "params": params, "steps": steps_, "mean": 0.3, "ci_low": 0.17,
+                  "ci_high": 0.45, "n": 4}]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_papers_size_is_marked_beside_the_ladder_not_through_its_top_rung():
+    """Issue 60, item 4: the paper's 19M was a dashed rule through the 19M rung's points and intervals. It is a marker
+    and its label in a band at the top of the plot that no point or interval reaches."""
+    from dashboard import charts
+
+    spec = spec_of(charts.ladder_chart(ladder_points(), 19e6))
+    y0, y1 = layer(spec, "ci")["encoding"]["y"]["scale"]["domain"]
+    top = max(r["ci_high"] for r in rows_of(spec, layer(spec, "ci")))
+    top_px = charts.HEIGHT * (y1 - top) / (y1 - y0)  # the highest interval's end, in px from the frame's top
+    for name in ("paper", "paper-label"):
+        mark = layer(spec, name)
+        assert mark["mark"]["type"] != "rule" and "value" in mark["encoding"]["y"]
+        assert 0 < mark["encoding"]["y"]["value"] < top_px - 6  # above every interval, by more than half a marker
+
+
+def test_the_ladder_has_no_one_entry_legend_and_lists_t_before_3t():
+    """ "● 4000", a legend of one entry, goes; the loop counts are listed n = T, then 3T (was 3T first)."""
+    from dashboard import charts
+
+    spec = spec_of(charts.ladder_chart(ladder_points(), 19e6))
+    mean = layer(spec, "mean")["encoding"]
+    assert mean["shape"].get("legend", "absent") is None  # one training length: no legend
+    assert mean["color"]["scale"]["domain"] == ["n = 4 (T)", "n = 12 (3T)"]
+    assert mean["color"]["legend"] is not None
+    two = spec_of(charts.ladder_chart(ladder_points(("2000", "4000")), 19e6))
+    assert layer(two, "mean")["encoding"]["shape"]["legend"] is not None  # two training lengths: their legend
+    one_n = ladder_points()
+    spec = spec_of(charts.ladder_chart(one_n[one_n["series"] == "n = 4 (T)"], 19e6))
+    assert layer(spec, "mean")["encoding"]["color"].get("legend", "absent") is None
+
+
+def test_e3s_refits_sit_beside_the_rescale_curve_not_on_its_axis():
+    """Issue 60, item 6: part 4's E3 markers sat on the y axis (x = T, the domain's first value) with their labels over
+    the curve. The axis now starts REFIT_MARGIN steps before T (its ticks at T on), the markers at T inside the plot,
+    their labels to their left, in the margin no curve enters."""
+    import pandas as pd
+
+    from dashboard import charts
+
+    rescale = pd.DataFrame({"eval_loops": [4, 5, 6], "mean": [0.87, 0.8, 0.6], "ci_low": [0.8, 0.7, 0.3],
+                            "ci_high": [0.93, 0.9, 0.8], "n": [9] * 3, "ci_method": ["bca"] * 3})  # fmt: skip
+    refits = pd.DataFrame({"x": [4.0] * 2, "y": [0.37, 1.0], "label": ["E3 head", "E3 head+last"]})
+    spec = spec_of(charts.e5_rescale(rescale, 4, refits)[0])
+    x = layer(spec, "mean")["encoding"]["x"]
+    assert x["scale"]["domain"][0] < 4 - 1 and x["axis"]["values"][0] == 4
+    labels = [lay for lay in spec["layer"] if str(lay.get("name", "")).startswith("reference-label-")]
+    assert len(labels) == 2 and all(lay["mark"]["align"] == "right" and lay["mark"]["dx"] < 0 for lay in labels)
+    alone = spec_of(charts.e5_rescale(rescale, 4)[0])
+    assert layer(alone, "mean")["encoding"]["x"]["scale"]["domain"][0] == 3.5  # without refits: half a step
 
 
 @needs_shipped

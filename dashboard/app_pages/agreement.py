@@ -3,6 +3,8 @@
 Every number here is engine.experiments.e5.summarize's (cached in dashboard.data) and every verdict
 e5.claims', the "E5 predictions" rules of docs/design.md, written before E5 ran."""
 
+import re
+
 import pandas as pd
 import streamlit as st
 
@@ -11,6 +13,12 @@ from engine import paper
 from engine.experiments import e5
 
 COMMAND = "loopscope run e5 --preset cpu --seeds 16 --workers 2"
+EFFECTS = (  # part 1's three effects in words (engine.experiments.e5.decompose), where the verdicts first name them
+    "**G**, the agreement effect: accuracy run the way a model was trained minus run the other way. **R**, the "
+    "run-mode effect: run without the norm minus run with it, whichever way the model was trained. **M**, the "
+    "train-mode effect: trained without the norm minus trained with it, whichever way it is run. Each per seed pair, "
+    "at each loop count n; part 1 below draws them. The verdicts:"
+)
 
 st.title("Agreement tested directly (E5, beyond the paper)")
 st.markdown(
@@ -67,10 +75,18 @@ if probe := results.probe_rows(table.preset):
             title = f"Recipe probe · training loss · {table.preset}"
             ui.figure(charts.probe_loss_chart(curves), curves, f"{table.preset}-probe-loss", what, title)
 if verdicts:
+    if any(re.search(r"\b[GRM] ", c["measured"]) for c in verdicts):  # the letters in words, before their first use
+        st.caption(EFFECTS)
     st.markdown("  \n".join(f"**{c['claim']}** {results.badge(c['outcome'])} {c['measured']}" for c in verdicts))
 
 
 fixed = f"fixed:{T}"
+
+
+def trained_alike(points: pd.DataFrame) -> str:
+    """The ladder figure's sentence for a single training length (its legend of one entry is left out)."""
+    steps = points["steps"].unique() if "steps" in points and "device" not in points else []
+    return f" Every rung trained {int(steps[0]):,} steps." if len(steps) == 1 else ""
 
 
 def part1() -> None:
@@ -160,9 +176,10 @@ else:
     points = points if devices > 1 else points.drop(columns=["device", "study"])
     what = (
         f"{task}, {level}{held}: accuracy lost when a norm-trained model is run without its norm (norm − norm→none "
-        f"per seed, mean with its 95% bootstrap CI), at n = T and 3T, against parameters; dashed: the paper's "
-        f"{paper.PAPER_PARAMS / 1e6:.0f}M. Reported, not judged."
+        f"per seed, mean with its 95% bootstrap CI), at n = T and 3T, against parameters; ▼ above the points: the "
+        f"paper's {paper.PAPER_PARAMS / 1e6:.0f}M. Reported, not judged."
     )
+    what += trained_alike(points)
     what += charts.devices_note(points, T)
     ladder_title = f"Surgery damage against scale · {context}"
     ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
@@ -198,15 +215,18 @@ elif one_model and not probing:
         if refits is not None and len(refits):
             last = refits[(refits["task"] == task) & (refits["eval_loops"] == T)]
             last = last[last["refit_steps"] == last["refit_steps"].max()]
-            labels = [f"E3 {t}, {int(k)} steps" for t, k in last[["refit_target", "refit_steps"]].to_numpy()]
+            labels = [f"E3 {t}" for t in last["refit_target"]]  # short: their room is the margin left of T
+            refit_steps = ", ".join(f"{int(k):,}" for k in dict.fromkeys(last["refit_steps"]))
             references = pd.DataFrame({"x": [float(T)] * len(last), "y": last["mean"].to_numpy(), "label": labels})
     chart, stats = charts.e5_rescale(rescale, T, references)
     what = (
         f"{task}, {level}{held}: (A(norm→rescale) − A(norm→none)) / (A(norm) − A(norm→none)) per seed, over the "
         f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP} at that n; the boundary norm replaced by g · Block(h) / s_t, "
-        "s_t the model's mean state RMS at step t on training items (no parameter added). Diamonds: E3's refits at "
-        f"n = T ({refit_level if references is not None else 'none'}, the last refit step). "
+        "s_t the model's mean state RMS at step t on training items (no parameter added). "
     )
+    if references is not None:
+        what += (f"Diamonds at n = T, labelled at their left: E3's refits' recovery at n = T ({refit_level}, after "
+                 f"{refit_steps} refit steps, the last). ")  # fmt: skip
     caption = charts.point_caption(stats, None, what)  # damaged seeds vary by n
     ui.figure(chart, rescale, f"{name}-rescale", caption, f"Rescale surgery recovery · {context} · trained {fixed}")
 if len(per_rung[["params", "steps", "device"]].drop_duplicates()) < 2:
@@ -218,10 +238,11 @@ else:
     per_rung = per_rung if per_rung["device"].nunique() > 1 else per_rung.drop(columns=["device", "study"])
     what = (
         f"{task}, {level}{held}: the rescale surgery's recovery per rung (mean with its 95% bootstrap CI over the "
-        f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP}), at n = T and 3T, against parameters; dashed: the paper's "
-        f"{paper.PAPER_PARAMS / 1e6:.0f}M. docs/gpu-study.md's rule per rung: agreement (scale) if the mean at T ≥ 0.5 "
-        "with its CI above 0.25."
+        f"seeds the surgery cost ≥ {paper.MIN_REFIT_GAP}), at n = T and 3T, against parameters; ▼ above the points: "
+        f"the paper's {paper.PAPER_PARAMS / 1e6:.0f}M. docs/gpu-study.md's rule per rung: agreement (scale) if the "
+        "mean at T ≥ 0.5 with its CI above 0.25."
     )
+    what += trained_alike(per_rung)
     what += charts.devices_note(per_rung, T)
     chart = charts.ladder_chart(per_rung, paper.PAPER_PARAMS, "recovery (fraction regained)")
     ui.figure(chart, per_rung, f"{name}-rescale-rungs", what, f"Rescale surgery recovery per rung · {context}")

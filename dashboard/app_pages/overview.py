@@ -79,6 +79,7 @@ LEGEND = (
 )
 NO_HELDOUT = " This study has no held-out items: its in-range items stand in for the held-out levels."
 STUDY_NOTES = {s.name: s.note for s in studies.STUDIES.values()}  # each study's note is its entry's
+LADDER_RULES = {s.name for s in studies.STUDIES.values() if s.ladder_rules}  # engine.experiments.ladder reads them
 
 
 def card(title: str, text: str, paper: str, measured: str, scale: str, verdict, link: dict | None) -> None:
@@ -290,6 +291,42 @@ def headline_figure(study: str) -> None:
                  query_params={"preset": study, "task": task, "difficulty": level})  # fmt: skip
 
 
+def ladder_study(study: str) -> bool:
+    """A study of the ladder alone (no E2 table; its rules read its E5 ladder, no recipe probe open): its overview
+    opens on the ladder rules' outcomes and the ladder's figure (issue 60, item 4)."""
+    return (study in LADDER_RULES and study in results.presets("e5") and study not in results.presets("e2")
+            and not results.probe_open(study))  # fmt: skip
+
+
+def ladder_rules(study: str) -> list[dict]:
+    """engine.experiments.ladder.rules over the study's ladder (dashboard.data: the engine, cached per table)."""
+    from dashboard import data
+
+    return data.ladder_rules(study).to_dict("records")
+
+
+def ladder_figure(study: str) -> None:
+    """The ladder's figure beside the matrix: the surgery's damage per rung at n = T and 3T against parameters, the
+    one the E5 page draws (charts.ladder_chart), on parity at the held-out mean."""
+    from dashboard import caching, charts, data
+
+    level = results.LEVELS[0]
+    points = data.rungs(study, "parity", level)
+    if points.empty:
+        return
+    points = points if points["device"].nunique() > 1 else points.drop(columns=["device", "study"])
+    st.markdown(f"**The surgery's damage against scale** · parity, {level}")
+    chart = charts.ladder_chart(points, paper.PAPER_PARAMS)
+    st.vega_lite_chart(dict(caching.vega_spec(chart)), width="stretch")
+    seeds = int(points["n"].min()), int(points["n"].max())
+    many = f"{seeds[0]}" if seeds[0] == seeds[1] else f"{seeds[0]}–{seeds[1]}"
+    st.caption(f"Accuracy lost when a norm-trained model runs without its norm (norm − norm→none), mean over {many} "
+               f"seeds per rung with its 95% bootstrap CI, at n = T and 3T; ▼: the paper's "
+               f"{paper.PAPER_PARAMS / 1e6:.0f}M. The trend and collapse rows of the matrix read it.")  # fmt: skip
+    st.page_link(PAGES / "agreement.py", label="E5 · every rule over the ladder", icon=":material/arrow_forward:",
+                 query_params={"preset": study, "task": "parity"})  # fmt: skip
+
+
 def open_verdict(study: str) -> None:
     """A verdict opened: its rule as written, what it measured, and the per-seed, per-n values of its table at its
     task and level (data.verdict_values), with the metric the rule names chosen below. ?verdict=e2:a:parity (the
@@ -354,19 +391,30 @@ if studies:
         "that reproduce it; the same page as `loopscope report --out DIR --preset STUDY`.",
     )
 if study:
-    left, right = st.columns([2, 1])
+    ladder = ladder_study(study)
+    left, right = st.columns([2, 1]) if study in results.presets("e2") or ladder else (st.container(), None)
     with left:
         with st.spinner("Reading the verdicts…"):
-            found = matrix.rows(study)
-        st.html(matrix.matrix_html(found, study))
+            own, elsewhere = matrix.apart(matrix.rows(study))  # the study's rows first, the others folded after
+        own = [matrix.compact(r) for r in own]  # a row of 8 rungs alike: one entry, its span
+        slot, tasks = st.empty(), matrix.tasks_run(own)  # a study of parity alone: no chain column
+        slot.html(matrix.matrix_html(own + matrix.folded(elsewhere, study), study, tasks=tasks))
+        if ladder:  # its decisive rules (trend, collapse) in the matrix: they need the engine, so drawn second
+            with st.spinner("Reading the ladder's rules…"):
+                own, elsewhere = matrix.with_ladder(own, elsewhere, ladder_rules(study))
+            slot.html(matrix.matrix_html(own + matrix.folded(elsewhere, study), study, tasks=tasks))
         stand_in = "no held-out items" in results.claims("e2", study)["scale"]  # the first design (cpu-1layer)
         st.caption(LEGEND + (NO_HELDOUT if stand_in else ""))
         st.session_state[ui.READ].add("verdict")  # ?verdict=... is this page's (open_verdict reads it)
         if st.toggle("Open a verdict: the per-seed values its rule read", value="verdict" in st.query_params,
                      key="open_verdict"):  # fmt: skip
             open_verdict(study)
-    with right:
-        headline_figure(study)
+    if right is not None:
+        with right:
+            if study in results.presets("e2"):
+                headline_figure(study)
+            else:
+                ladder_figure(study)
     study_note(study)
 for experiment in SECTIONS:
     with st.expander(f"{SECTIONS[experiment]['title']}: every card"):
