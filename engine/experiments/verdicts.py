@@ -16,6 +16,7 @@ Pure functions: rows in, tables and claims out. No torch here: the dashboard's p
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -163,11 +164,12 @@ def e2_claims(table: pd.DataFrame, surgery: pd.DataFrame) -> list[Claim]:
         T = int(t["trained_loops"].iloc[0])
         per_level = {lvl: e2_level(s.set_index("eval_loops").sort_index(), T) for lvl, s in t.groupby("level")}
         each = [lvl for lvl in per_level if lvl not in (MEAN, HARDEST)]
+        few = {lvl: e2_too_few(s, T) for lvl, s in t.groupby("level")}
         for claim in ("a", "b", "c"):
             for analysis in ("paper", "paired"):
                 held = sum(per_level[lvl][claim][analysis][0] for lvl in each)
                 for lvl in (MEAN, HARDEST):
-                    ok, measured = per_level[lvl][claim][analysis]
+                    ok, measured = undecided_if(few[lvl][claim][analysis], *per_level[lvl][claim][analysis])
                     out.append(_claim("e2", claim, task, analysis, lvl, ok, measured, f"{held}/{len(each)}"))
         for lvl in (MEAN, HARDEST):
             r = surgery[(surgery["task"] == task) & (surgery["level"] == lvl)]
@@ -191,6 +193,21 @@ def e2_claims(table: pd.DataFrame, surgery: pd.DataFrame) -> list[Claim]:
             )
             out += [_claim("e2", "d", task, analysis, lvl, ok, measured) for analysis in ("paper", "paired")]
     return out
+
+
+def e2_too_few(s: pd.DataFrame, T: int) -> dict:
+    """Per claim (a)-(c) and analysis at one level (paired_modes' rows), too_few's reason where its test cannot decide
+    with the level's paired seeds: per n unadjusted (paper; paired (b) at T), Holm over the n below or beyond T
+    (paired (a): either side may refute it; (c): both sides must show it). (b) under the paper's analysis reads no
+    test."""
+    seeds = int(s["n_pairs"].min()) if len(s) else 0
+    sides = [int((s["eval_loops"] < T).sum()), int((s["eval_loops"] > T).sum())]
+    unpaired = too_few(seeds, False)
+    return {
+        "a": {"paper": unpaired, "paired": too_few(seeds, True, min(sides))},
+        "b": {"paper": "", "paired": too_few(seeds, True)},
+        "c": {"paper": unpaired, "paired": too_few(seeds, True, max(sides))},
+    }
 
 
 def e2_level(s: pd.DataFrame, T: int) -> dict:
@@ -315,6 +332,36 @@ def outcome(holds) -> str:
     return holds if isinstance(holds, str) else "undecided" if holds is None else "holds" if holds else "does NOT hold"
 
 
+@cache
+def least_p(seeds: int, paired: bool) -> float:
+    """The smallest p an analysis's test reaches with `seeds` seeds (pairs; or seeds in each arm, unpaired): the test
+    itself on its most extreme data, every difference of one sign (stats.wilcoxon_p: 2 / 2^seeds) or the two arms
+    apart (stats.mann_whitney_p), each with and without ties."""
+    if seeds < 1:
+        return 1.0
+    apart, tied, zero = np.arange(1.0, seeds + 1), np.ones(seeds), np.zeros(seeds)
+    if paired:
+        return min(stats.wilcoxon_p(apart, zero), stats.wilcoxon_p(tied, zero))
+    return min(stats.mann_whitney_p(apart + seeds, apart), stats.mann_whitney_p(tied, zero))
+
+
+def too_few(seeds: int, paired: bool, family: int = 1) -> str:
+    """Why a rule that reads a test's p < ALPHA cannot be decided with `seeds` seeds (its test, Holm over `family`
+    n, cannot reach p < ALPHA whatever the values: "no significant gap" would hold, and "a significant gap" fail, by
+    the seed count alone), or "" where it can."""
+    best = min(1.0, max(family, 1) * least_p(seeds, paired))
+    if best < paper.ALPHA:
+        return ""
+    test = "Wilcoxon signed-rank" if paired else "Mann-Whitney"
+    over = f" with Holm over {family} n" if family > 1 else ""
+    return f"undecided: {seeds} seeds, too few for {test}{over} to reach p < {paper.ALPHA} (at best {best:.3g})"
+
+
+def undecided_if(few: str, holds, measured: str) -> tuple:
+    """(holds, measured), or (None, measured with why) where `few` (too_few) says the rule cannot be decided."""
+    return (None, f"{measured}; {few}") if few else (holds, measured)
+
+
 def lines(found: list[Claim]) -> list[str]:
     """The claims for the terminal, one line each, after a heading; none without claims."""
     return ["", 'Verdicts (docs/design.md, "Verdict rules"):', *(c.line() for c in found)] if found else []
@@ -362,10 +409,21 @@ def e3_claims(rows: pd.DataFrame) -> list[Claim]:
                 ends = "; ".join(_plateau_note(part, target) for target in ("head+last", "head+first"))
                 measured = (f"head+last minus head+first {gap:+.3f} over {len(both)} seeds, Wilcoxon p {p:.3g} "
                             f"after {last} steps. Post hoc, not the rule: {ends}")  # fmt: skip
-                out.append(
-                    _claim("e3", "last layer", task, "paired", level, bool(gap > 0 and p < paper.ALPHA), measured)
-                )
+                holds, measured = last_layer_verdict(both.iloc[:, 0], both.iloc[:, 1], gap, p, measured)
+                out.append(_claim("e3", "last layer", task, "paired", level, holds, measured))
     return out
+
+
+def last_layer_verdict(last: pd.Series, first: pd.Series, gap: float, p: float, measured: str) -> tuple:
+    """E3's "the damage sits in the last layer" (head+last recovers more than head+first; Wilcoxon, which drops the
+    seeds whose two recoveries are equal): undecided where the seeds that differ are too few for the test to reach
+    p < ALPHA (too_few), none at all included, as where both refits recover all of the damage at every seed (1.000,
+    the ceiling: no evidence either way)."""
+    differ = int((last.to_numpy() != first.to_numpy()).sum())
+    if differ == 0 and len(last) and np.allclose(last.to_numpy(), 1.0):
+        return None, f"{measured}; undecided: no evidence either way, both refits at the ceiling (1.000) at every seed"
+    few = too_few(differ, True).replace(f"{differ} seeds", f"{differ} seeds whose two recoveries differ")
+    return undecided_if(few, bool(gap > 0 and p < paper.ALPHA), measured)
 
 
 def _plateau_note(part: pd.DataFrame, target: str) -> str:
@@ -444,6 +502,13 @@ def e4_claims(table: pd.DataFrame) -> list[Claim]:
             "paired": bool(((m["wilcoxon_p_holm"] >= paper.ALPHA) | (m["gap"].abs() < SMALL_GAP)).all()),
         }
         T = int(t["T"].iloc[0])
+        seeds = int(t["n"].min())
+        few = {
+            ("equal n", "paper"): too_few(seeds, False),
+            ("equal n", "paired"): too_few(seeds, True, len(eq)),
+            ("matched", "paper"): too_few(seeds, False),
+            ("matched", "paired"): too_few(seeds, True, len(m)),
+        }
         at_T_multiples = eq.set_index("x")["gap"].reindex([T * o for o in MATCHED]).mean()  # equal n = T, 2T, 3T
         for analysis in ("paper", "paired"):
             shrinks = not vanish[analysis] and abs(m["gap"].mean()) < abs(at_T_multiples)
@@ -451,12 +516,14 @@ def e4_claims(table: pd.DataFrame) -> list[Claim]:
             equal = f"mean gap {eq['gap'].mean():+.3f} over n = 2..{int(eq['x'].max())}"
             matched = (f"matched gaps {', '.join(f'{g:+.3f}' for g in m['gap'])} (o = 1, 2, 3) vs "
                        f"{at_T_multiples:+.3f} at equal n = T, 2T, 3T: {outcome}")  # fmt: skip
-            out.append(_claim("e4", "equal n", task, analysis, level, helps[analysis], equal))
+            out.append(_claim("e4", "equal n", task, analysis, level,
+                              *undecided_if(few["equal n", analysis], helps[analysis], equal)))  # fmt: skip
             if analysis == "paired":  # post hoc: does the per-seed gap sit inside the rule's own margin?
                 matched += (f". Post hoc, not the rule: TOST equivalence within ±{TOST_MARGIN} (paired t) p "
                             + ", ".join("— (every seed's gap exactly 0)" if zero else f"{p:.3g}"
                                         for p, zero in zip(m["tost_p"], m["all_zero"], strict=True))
                             + " at o = 1, 2, 3 "
                             f"({_equivalent(m['tost_p'])})")  # fmt: skip
-            out.append(_claim("e4", "matched", task, analysis, level, outcome, matched))
+            out.append(_claim("e4", "matched", task, analysis, level, *undecided_if(few["matched", analysis], outcome,
+                                                                                   matched)))  # fmt: skip
     return out
