@@ -774,10 +774,9 @@ def rules_heading(root: Path, study: str) -> str:
 
 
 def rules_html(root: Path, study: str, level: int = 3) -> list[str]:
-    """The GPU study's rules over the ladder, where the study's entry reads them (engine.studies: ladder_rules):
-    its trend, collapse per rung and bridge, and the reading with the rescale verdicts per rung."""
-    entry = STUDY_ENTRIES.get(study)
-    if entry is None or not entry.ladder_rules:
+    """The GPU study's rules over the ladder, where the E5 page shows them (results.reads_ladder_rules): its trend,
+    collapse per rung and bridge, and the reading with the rescale verdicts per rung."""
+    if not results.reads_ladder_rules(study, root):
         return []
     return ladder_rules_html(root, study, level)
 

@@ -56,7 +56,7 @@ PARTNER_RECIPE = {s.name: s.partner_recipe for s in studies.STUDIES.values() if 
 # by hand in the commit that changes what any verdict reads or says (engine/paper.py's thresholds, engine/core/stats.py,
 # engine/experiments/verdicts.py, an experiment's claims, scale_of here), and reship (`python -m dashboard.results
 # cached_results --ship`): tests/test_untrusted.py fails where a shipped verdict differs from a fresh computation.
-RULES_VERSION = 1
+RULES_VERSION = 2  # 2: a test that cannot reach p < 0.05, or two refits both at the ceiling, read undecided
 JOINER = "\u2060"  # WORD JOINER: invisible, breaks nothing a reader sees, and no autolink reads through it
 # where a web or mail address would begin to be a link: before every ':' (https:, mailto:), between `www` and its
 # dot, after every '@'
@@ -154,6 +154,12 @@ def ladder_partners(preset_name: str) -> list[str]:
     """The studies on the other device whose E5 ladder continues this one's (LADDER_PARTNER, read both ways)."""
     return [LADDER_PARTNER[preset_name]] if preset_name in LADDER_PARTNER else [
         gpu for gpu, cpu in LADDER_PARTNER.items() if cpu == preset_name]  # fmt: skip
+
+
+def reads_ladder_rules(preset_name: str, root: Path | None = None) -> bool:
+    """Whether the GPU study's rules over the ladder are shown for this study (the E5 page and the report alike): its
+    ladder continues another study's (its entry's ladder_partner), or another's continues it in this folder."""
+    return preset_name in LADDER_PARTNER or ladder_partner(preset_name, root) is not None
 
 
 def ladder_partner(preset_name: str, root: Path | None = None) -> str | None:

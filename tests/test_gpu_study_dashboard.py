@@ -125,9 +125,9 @@ def test_the_overview_and_the_report_give_the_gpu_study_a_section(monkeypatch, r
     assert any("NVIDIA H200 (compute capability 9.0)" in c for c in shown)
     page = report.html(root)
     assert '<h2 id="study-gpu-smoke">The GPU study (<code>gpu-smoke</code>)</h2>' in page
-    for heading in (
-        "gpu-smoke · Claims",
-        "gpu-smoke · Figures",
+    for heading in (  # laid out as the pages (report.PAGES), each part headed by its page's title
+        "gpu-smoke · Overview",
+        "gpu-smoke · Accuracy vs depth",
         "gpu-smoke · Provenance",
         "gpu-smoke · GPU provenance",
         "gpu-smoke · the rules over both devices' ladders",
@@ -137,7 +137,7 @@ def test_the_overview_and_the_report_give_the_gpu_study_a_section(monkeypatch, r
     assert "ladder trend at n=4" in rules and "collapse 412,288 params (cpu)" in rules
     assert "What it says about the paper's collapse.</strong>" in rules
     assert "NVIDIA H200" in page and "Markers by device" in page
-    assert "E5 · parity: accuracy per training distribution" not in page.split("gpu-smoke · Figures")[1]  # no part 2
+    assert "E5 · parity: accuracy per training distribution" not in page.split("gpu-smoke · Overview")[1]  # no part 2
     main, gpu = page.split('<h2 id="study-gpu-smoke">')
     assert "e2-cpu.parquet" in main and "e2-gpu-smoke.parquet" not in main and "e2-gpu-smoke.parquet" in gpu
     assert "loopscope run e2 --preset gpu-smoke --seeds 0-1 --tasks parity" in gpu

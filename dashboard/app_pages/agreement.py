@@ -183,7 +183,7 @@ else:
     what += charts.devices_note(points, T)
     ladder_title = f"Surgery damage against scale · {context}"
     ui.figure(charts.ladder_chart(points, paper.PAPER_PARAMS), points, f"{name}-ladder", what, ladder_title)
-gpu_ladder = table.preset in results.LADDER_PARTNER or results.ladder_partner(table.preset) is not None
+gpu_ladder = results.reads_ladder_rules(table.preset)
 if task == "parity" and gpu_ladder and not probing:  # the GPU study's rules over both devices' ladders
     st.subheader("The GPU study's rules over the ladder")
     st.caption(
