@@ -676,11 +676,8 @@ def study_html(root: Path, tables: dict[str, str], prefix: str = "", level: int 
     parts.append(f"<{h}>{prefix}Overview</{h}>")
     if study:
         entry = STUDY_ENTRIES.get(study)
-        if study == "cpu-ladder":  # the entry's note assumes the `cpu` study's rungs; the probe's recipe decides
-            below = CPU_LADDER_BELOW[results.same_recipe(study, "cpu", root)]
-            parts.append(f"<p class='note'>{_md(CPU_LADDER + below)}</p>")
-        elif entry is not None:
-            parts.append(f"<p class='note'>{_md(entry.note)}</p>")
+        if entry is not None:  # its note, and whether its ladder's lower rungs are its partner's (the probe decides)
+            parts.append(f"<p class='note'>{_md(entry.note + ' ' + results.partner_sentence(study, root))}</p>")
         if below_bar := results.recipe_below_bar(study, root):
             parts.append(f"<p>{_md(below_bar)}</p>")
         found = [r for r in matrix.rows(study, root) if not r["note"] or r["experiment"] in tables]
@@ -736,16 +733,6 @@ def study_html(root: Path, tables: dict[str, str], prefix: str = "", level: int 
 
 
 STUDY_ENTRIES = studies.STUDIES
-CPU_LADDER = (
-    "The GPU study's ladder above 412k parameters (1.6M, 5.3M and the paper's 19M) trained on the CPU in fp32, the "
-    "precision of every lower rung, one seed a group, under the GPU study's rules unchanged (docs/gpu-study.md); its "
-    "19M rung is the recipe probe."
-)
-CPU_LADDER_BELOW = {  # whether the `cpu` study's rungs continue it (results.same_recipe)
-    True: " Below 412k the ladder is the `cpu` study's; the rules read both.",
-    False: " The probe adopted another recipe than the `cpu` study's, so this study trained the rungs to 412k itself, "
-    "under the adopted one; the rules read its own ladder alone.",
-}
 GPU_STUDY = (
     "The study at the paper's scale, run on a GPU (docs/gpu-study.md, “Predictions and rules, written before it "
     "runs”): the second CPU study's parity on models up to the paper's 19M, E2 and E3 judged by the second CPU "
@@ -810,8 +797,8 @@ def ladder_rules_html(root: Path, study: str, level: int = 3) -> list[str]:
 def study_title(study: str) -> tuple[str, str]:
     """(heading, text) of a study with a folder of its own, by what it is (engine.studies): never "the GPU study"
     for a CPU one."""
-    if study == "cpu-ladder":
-        return "The GPU study's ladder on the CPU", CPU_LADDER
+    if study in results.PARTNER_RECIPE:  # a CPU study continuing the GPU study's ladder
+        return "The GPU study's ladder on the CPU", _md(STUDY_ENTRIES[study].note)
     if results.device_of(study) == "GPU":
         return "The GPU study", GPU_STUDY
     entry = STUDY_ENTRIES.get(study)
@@ -851,7 +838,7 @@ def html(root: Path, preset_name: str | None = None) -> str:
         folder = results.study_root(root, study)
         smoke = " This one is its structure at a size the CPU runs in seconds: not a result." * (study == "gpu-smoke")
         title, text = study_title(study)
-        text += CPU_LADDER_BELOW[results.same_recipe(study, "cpu", root)] if study == "cpu-ladder" else ""
+        text += " " + _md(results.partner_sentence(study, root))
         parts.append(f'<h2 id="study-{_esc(study)}">{title} (<code>{_esc(study)}</code>)</h2><p>{text}'
                      f"{smoke} Folder: <code>{_esc(shown_path(folder))}</code>.</p>")  # fmt: skip
         made = results.study_provenance(root, study)

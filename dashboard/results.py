@@ -179,6 +179,21 @@ def same_recipe(study: str, partner: str, root: Path | None) -> bool:
     return True
 
 
+def partner_sentence(study: str, root: Path | None = None) -> str:
+    """For a study whose ladder continues a partner's trained under another recipe (its entry's partner_recipe):
+    whether the probe's recipe keeps the partner's rungs (same_recipe) or the study trained them itself; "" for
+    any other study."""
+    partner = LADDER_PARTNER.get(study)
+    if study not in PARTNER_RECIPE or not partner:
+        return ""
+    if same_recipe(study, partner, root):
+        return f"Its lower rungs are the `{partner}` study's; the rules read both."
+    return (
+        f"The probe adopted another recipe than the `{partner}` study's, so this study trained its lower rungs "
+        "itself, under the adopted one; the rules read its own ladder alone."
+    )
+
+
 def tables_state(root: Path) -> tuple:
     """(path relative to root, size, mtime) of every experiment table in root and in its studies' own folders
     (OWN_FOLDER) where the engine writes it: the cache key that changes when they do."""

@@ -64,7 +64,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           ladder=((256, 8, 704, 2, 1), (384, 8, 1024, 3, 1), (512, 8, 1376, 6, 1)),
           note="The GPU study's ladder above 412k parameters (1.6M, 5.3M and the paper's 19M), trained on the CPU in "
           "fp32, one seed a group, under the GPU study's rules unchanged (docs/gpu-study.md); its 19M rung is the "
-          "recipe probe. Below 412k the ladder is the `cpu` study's."),
+          "recipe probe; whether its rungs below 412k are the `cpu` study's depends on the recipe the probe adopts "
+          "(the pages and the report say which)."),
     Study("cpu-agree", order=3, folder="cpu-agree", tasks=("parity",), e5_parts=(1, 4), ladder_tasks=("parity",),
           note="The train × run design at 1.6M (docs/design.md §10): the ladder's 1.6M model trained `norm` and "
           "`none`, 16 seeds, each run both ways (`norm->none`, `none->norm`) and rescaled; agreement with the "

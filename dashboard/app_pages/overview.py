@@ -234,7 +234,7 @@ def study_note(study: str) -> None:
     """The study's note and, for a study with a folder of its own, where its runs were made (the GPU, its driver,
     CUDA and torch, the dtype policy: from the runs' manifests)."""
     if study in STUDY_NOTES:
-        st.caption(STUDY_NOTES[study])
+        st.caption(" ".join(filter(None, (STUDY_NOTES[study], results.partner_sentence(study)))))
     if problem := results.probe_problem(study):  # a record that is not one: said, and left out
         st.error(problem)
     if probing := results.probe_open(study):
