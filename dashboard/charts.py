@@ -622,7 +622,11 @@ def run_chart(rows: pd.DataFrame, T: int, y_title: str) -> alt.LayerChart:
             x=alt.X("eval_loops:Q", title=N_TITLE, axis=alt.Axis(tickMinStep=1)),
             y=alt.Y("value:Q", title=y_title, scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("difficulty:O", scale=alt.Scale(scheme="viridis"), legend=alt.Legend(orient="right")),
-            strokeDash=alt.StrokeDash("boundary:N", title="evaluated as", legend=DASH_LEGEND),
+            # below the figure: beside the difficulties' legend (8-10 entries) it ran past the figure's height and
+            # Streamlit cut it off after the first mode (issue 60, item 6)
+            strokeDash=alt.StrokeDash(
+                "boundary:N", title="evaluated as", legend=alt.Legend(**DASH_SYMBOL, orient="bottom")
+            ),
             tooltip=["boundary:N", "difficulty:O", "eval_loops:Q", alt.Tooltip("value:Q", format=".3f")],
         )
         .properties(name="run")

@@ -4,12 +4,10 @@ side (curves, losses, config differences); one run's curves (accuracy per n and 
 import json
 from pathlib import Path
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, ui, views
-from dashboard.caching import memoized
 from engine.core.store import how_to_get_weights, weights_not_kept
 from engine.runtime import jobs
 from engine.runtime.settings import redact, shown_path
@@ -34,19 +32,6 @@ def readable(table: pd.DataFrame) -> pd.DataFrame:
         if any(shown(v) == data.MISSING for v in out[column]):
             out[column] = [shown(v) for v in out[column]]
     return out
-
-
-@memoized()
-def run_figure(rows: pd.DataFrame, T: int, y_title: str) -> alt.LayerChart:
-    """charts.run_chart with its run-mode legend below the figure: beside the difficulties' legend (8-10 entries) it
-    ran past the figure's height and Streamlit cut it off after the first mode (issue 60, item 6)."""
-    chart = charts.run_chart(rows, T, y_title).copy(deep=True)  # the builder's chart is shared: never changed in place
-    for layer in chart.layer:
-        dash = getattr(getattr(layer, "encoding", None), "strokeDash", alt.Undefined)
-        named = {getattr(dash, "field", None), str(getattr(dash, "shorthand", "")).partition(":")[0]}
-        if dash is not alt.Undefined and "boundary" in named:
-            dash.legend = alt.Legend(**charts.DASH_SYMBOL, orient="bottom")
-    return chart
 
 
 st.title("Cached runs")
@@ -202,7 +187,7 @@ with curves_col:
     if picked.empty:
         st.info(f"This run has no `{metric}` rows.")
     else:
-        chart = run_figure(picked, int(model.get("trained_loops", 1)), views.METRIC_TITLES[metric])
+        chart = charts.run_chart(picked, int(model.get("trained_loops", 1)), views.METRIC_TITLES[metric])
         caption = (
             "One seed, no CI. Solid: evaluated in the trained mode; dashed and dotted: the surgeries (the legend "
             "below names each mode). "
