@@ -347,7 +347,8 @@ def test_a_line_style_legend_draws_its_dashes(e5_rows):
     at_scale, T = e5_slice(e5_rows)
     acc = at_scale[(at_scale["part"] == "accuracy") & at_scale["quantity"].isin(["norm", "none"])]
     svg = svg_of(charts.e5_range(acc.sort_values("eval_loops"), T)[0])
-    symbols = [p for p in re.findall(r"<path[^>]*>", svg) if 'stroke="#333333"' in p and 'd="M-5,0L5,0"' in p]
+    stroke = re.compile(r'd="M-([\d.]+),0L\1,0"')  # a legend's stroke symbol, as long as its symbolSize makes it
+    symbols = [p for p in re.findall(r"<path[^>]*>", svg) if 'stroke="#333333"' in p and stroke.search(p)]
     dashes = {re.search(r'stroke-dasharray="([^"]+)"', p).group(1) for p in symbols}
     assert len(symbols) == 2 and len(dashes) == 2, symbols
     assert not [p for p in symbols if re.search(r'fill="(?!transparent|none)', p)], symbols
