@@ -847,10 +847,10 @@ def test_compare_two_result_sets_by_deep_link(monkeypatch, heldout, results):
     assert len(specs) == 5
     overlay = layer_records(specs[3], "mean")
     label = f"smoke @ {results.name}"
-    assert {"norm · smoke", f"norm · {label}"} <= set(overlay["series"])
+    assert {("norm", "smoke"), ("norm", label)} <= set(zip(overlay["series"], overlay["set"], strict=True))
     diff = layer_records(specs[4], "difference").set_index(["series", "eval_loops"])["diff"]
-    mean = overlay.set_index(["series", "eval_loops"])["mean"]
-    assert diff.loc[("norm", 3)] == pytest.approx(mean.loc[("norm · smoke", 3)] - mean.loc[(f"norm · {label}", 3)])
+    mean = overlay.set_index(["series", "set", "eval_loops"])["mean"]
+    assert diff.loc[("norm", 3)] == pytest.approx(mean.loc[("norm", "smoke", 3)] - mean.loc[("norm", label, 3)])
     at.selectbox(key="vs").set_value("nothing").run()
     assert len(charts_on(at)) == 3
     at = render(monkeypatch, heldout, "norms", vs_root=str(results), vs="smoke")
