@@ -722,6 +722,17 @@ def e5_range(acc: pd.DataFrame, T: int) -> tuple[alt.LayerChart, pd.DataFrame]:
     return chart, stats
 
 
+def e3_references(refits: pd.DataFrame, task: str, T: int) -> pd.DataFrame | None:
+    """E3's refits at n = T after their last refit step, as the diamonds e5_rescale draws (x, y, label; labels short:
+    their room is the margin left of T); None where there are none. refits: E3's mean recovery per target, n, step."""
+    last = refits[(refits["task"] == task) & (refits["eval_loops"] == T) & refits["mean"].notna()]
+    last = last[last["refit_steps"] == last["refit_steps"].max()]
+    if last.empty:
+        return None
+    labels = [f"E3 {t}" for t in last["refit_target"]]
+    return pd.DataFrame({"x": [float(T)] * len(last), "y": last["mean"].to_numpy(), "label": labels})
+
+
 def e5_rescale(
     rescale: pd.DataFrame, T: int, refits: pd.DataFrame | None = None
 ) -> tuple[alt.LayerChart, pd.DataFrame]:

@@ -389,16 +389,10 @@ def _e5():
 
 def e3_marks(root: Path | None, preset_name: str, task: str, T: int) -> pd.DataFrame | None:
     """E3's refits at n = T, the last refit step, at the held-out (in-range) mean, as labelled references: the
-    diamonds the Agreement page draws on the rescale figure (its own code, dashboard/app_pages/agreement.py)."""
+    diamonds the Agreement page draws on the rescale figure (charts.e3_references, read by both)."""
     if root is None or not results.table_path(root, "e3", preset_name).is_file():
         return None
-    refits = summary_at(root, "e3", preset_name)
-    last = refits[(refits["task"] == task) & (refits["eval_loops"] == T) & refits["mean"].notna()]
-    last = last[last["refit_steps"] == last["refit_steps"].max()]
-    if last.empty:
-        return None
-    labels = [f"E3 {t}, {int(k)} steps" for t, k in last[["refit_target", "refit_steps"]].to_numpy()]
-    return pd.DataFrame({"x": [float(T)] * len(last), "y": last["mean"].to_numpy(), "label": labels})
+    return charts.e3_references(summary_at(root, "e3", preset_name), task, T)
 
 
 def e5_figures(rows: pd.DataFrame, preset_name: str, root: Path | None = None) -> list[tuple[str, object, str]]:

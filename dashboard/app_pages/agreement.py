@@ -213,11 +213,9 @@ elif one_model and not probing:
         refit_level = data.e3_levels(data.table("e3", table.preset).rows, "recovery")[0]  # E3's stored mean
         refits, _ = data.e3_curves(table.preset, "recovery", refit_level)
         if refits is not None and len(refits):
+            references = charts.e3_references(refits, task, T)
             last = refits[(refits["task"] == task) & (refits["eval_loops"] == T)]
-            last = last[last["refit_steps"] == last["refit_steps"].max()]
-            labels = [f"E3 {t}" for t in last["refit_target"]]  # short: their room is the margin left of T
-            refit_steps = ", ".join(f"{int(k):,}" for k in dict.fromkeys(last["refit_steps"]))
-            references = pd.DataFrame({"x": [float(T)] * len(last), "y": last["mean"].to_numpy(), "label": labels})
+            refit_steps = f"{int(last['refit_steps'].max()):,}" if len(last) else ""
     chart, stats = charts.e5_rescale(rescale, T, references)
     what = (
         f"{task}, {level}{held}: (A(norm→rescale) − A(norm→none)) / (A(norm) − A(norm→none)) per seed, over the "
